@@ -1,0 +1,1 @@
+//! Extraction applied to a command result after it completed (stub).

@@ -1,0 +1,1 @@
+//! Argument validation against registry schemas (stub).

@@ -1,0 +1,29 @@
+//! aab plugin API: everything a provider plugin and the host share.
+//!
+//! * [`abi`] — the frozen abi_stable root module and host-callback object. Tiny on
+//!   purpose: abi_stable rejects an *older* plugin once a newer host grows these types,
+//!   so everything that may evolve travels as JSON instead.
+//! * [`protocol`] — the versioned JSON shapes that cross the ABI (manifest,
+//!   invocation, outcome). Schema ids are `aab.plugin-*`.
+//! * [`sdk`] — the safe side for plugin authors: the [`sdk::Provider`] trait, the
+//!   [`export_provider!`] macro, panic containment and the per-plugin tokio runtime.
+//! * `loader` (feature `loader`) — the host's loader: version-symbol preflight with
+//!   libloading, then abi_stable's layout check. `test_support` runs a provider
+//!   through that same loader.
+
+pub mod abi;
+pub mod protocol;
+pub mod sdk;
+
+#[cfg(feature = "loader")]
+pub mod loader;
+#[cfg(feature = "test-support")]
+pub mod test_support;
+
+#[doc(hidden)]
+pub use abi_stable;
+#[doc(hidden)]
+pub use serde_json;
+
+pub use protocol::{CommandSpec, Invocation, Manifest, Outcome, ProviderError, Reply};
+pub use sdk::{Context, Provider};

@@ -1,0 +1,222 @@
+//! The safe side of the ABI for provider authors.
+//!
+//! Implement [`Provider`], then call [`export_provider!`](crate::export_provider) once
+//! in the cdylib crate. The SDK contains panics at every entry point, runs each call
+//! on the plugin's own tokio runtime (the host's runtime is invisible across the
+//! boundary) and turns results into `aab.plugin-outcome/v1` JSON.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Once, OnceLock};
+use std::time::Duration;
+
+use abi_stable::std_types::{RResult, RStr, RString};
+use serde_json::Value;
+
+use crate::abi::{HostCallbacksRef, level};
+use crate::protocol::{INVOCATION_SCHEMA, Invocation, Manifest, Outcome, ProviderError, Reply};
+
+/// A platform provider. One value per loaded plugin, shared by concurrent calls.
+pub trait Provider: Send + Sync + 'static {
+    /// The manifest; called once at load time.
+    fn manifest(&self) -> Manifest;
+
+    /// Execute one validated command. Call [`Context::mark_dispatched`] right before
+    /// the first externally visible effect.
+    fn invoke(&self, ctx: &Context<'_>, invocation: Invocation) -> impl Future<Output = Result<Reply, ProviderError>>;
+
+    /// Optional hooks by method name (e.g. `reconcile`). The default refuses.
+    fn hook(&self, ctx: &Context<'_>, method: &str, request: Value) -> impl Future<Output = Result<Value, ProviderError>> {
+        let _ = ctx;
+        let _ = request;
+        let method = method.to_string();
+        async move { Err(ProviderError::new("unsupported_plugin_method", format!("plugin does not implement `{method}`")).not_dispatched()) }
+    }
+}
+
+/// The host as seen from inside one call.
+pub struct Context<'a> {
+    host: &'a HostCallbacksRef,
+}
+
+impl<'a> Context<'a> {
+    #[doc(hidden)]
+    pub fn new(host: &'a HostCallbacksRef) -> Self {
+        Context { host }
+    }
+
+    /// True once the call was cancelled (caller cancel, deadline or runtime stop).
+    pub fn is_cancelled(&self) -> bool {
+        self.host.is_cancelled()
+    }
+
+    /// Time left of the call's deadline.
+    pub fn remaining(&self) -> Duration {
+        Duration::from_millis(self.host.remaining_ms())
+    }
+
+    /// Mark the moment the effect is dispatched; failures after it are ambiguous.
+    pub fn mark_dispatched(&self) {
+        self.host.mark_dispatched()
+    }
+
+    pub fn log(&self, level: u8, message: &str) {
+        self.host.log(level, RStr::from_str(message))
+    }
+
+    pub fn info(&self, message: &str) {
+        self.log(level::INFO, message)
+    }
+
+    /// Call a host service by name with JSON parameters.
+    pub fn host_call(&self, method: &str, params: &Value) -> Result<Value, ProviderError> {
+        let params = params.to_string();
+        match self.host.call(RStr::from_str(method), RStr::from_str(&params)) {
+            RResult::ROk(s) => serde_json::from_str(s.as_str())
+                .map_err(|e| ProviderError::new("host_protocol_error", format!("host returned invalid JSON: {e}"))),
+            RResult::RErr(s) => Err(serde_json::from_str::<ProviderError>(s.as_str())
+                .unwrap_or_else(|_| ProviderError::new("host_call_failed", s.to_string()))),
+        }
+    }
+
+    /// Resolves when the call is cancelled or its deadline passes; use in
+    /// `tokio::select!` so local subprocesses and sockets are dropped promptly.
+    pub async fn cancelled(&self) {
+        loop {
+            if self.is_cancelled() || self.host.remaining_ms() == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+thread_local! {
+    /// Message of the last panic on this thread, captured by the quiet hook.
+    static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+fn install_quiet_panic_hook() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // The plugin has its own copy of std, so this hook only affects panics inside
+        // the plugin. It records the message for the error envelope instead of
+        // printing a backtrace into the runtime's log.
+        std::panic::set_hook(Box::new(|info| {
+            let payload = info.payload();
+            let msg = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "non-string panic payload".to_string());
+            let location = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+            LAST_PANIC.with(|p| *p.borrow_mut() = Some(format!("{msg}{location}")));
+        }));
+    });
+}
+
+fn take_panic_message() -> String {
+    LAST_PANIC.with(|p| p.borrow_mut().take()).unwrap_or_else(|| "plugin panicked".to_string())
+}
+
+/// The plugin's own tokio runtime, built on first use.
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("aab-plugin")
+            .enable_all()
+            .build()
+            .expect("plugin tokio runtime")
+    })
+}
+
+#[doc(hidden)]
+pub fn __manifest<P: Provider>(provider: &OnceLock<P>, make: fn() -> P) -> RString {
+    install_quiet_panic_hook();
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        let p = provider.get_or_init(make);
+        serde_json::to_string(&p.manifest()).unwrap_or_else(|e| Outcome::failure("plugin_manifest_invalid", e.to_string()).to_json())
+    }));
+    match result {
+        Ok(s) => RString::from(s),
+        Err(_) => RString::from(Outcome::failure("plugin_panic", take_panic_message()).to_json()),
+    }
+}
+
+#[doc(hidden)]
+pub fn __call<P: Provider>(provider: &OnceLock<P>, make: fn() -> P, method: RStr<'_>, request: RStr<'_>, host: &HostCallbacksRef) -> RString {
+    install_quiet_panic_hook();
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        let p = provider.get_or_init(make);
+        let ctx = Context::new(host);
+        match method.as_str() {
+            "invoke" => {
+                let invocation: Invocation = match serde_json::from_str(request.as_str()) {
+                    Ok(i) => i,
+                    Err(e) => return Outcome::failure("plugin_protocol_error", format!("invalid invocation: {e}")).to_json(),
+                };
+                if invocation.schema != INVOCATION_SCHEMA {
+                    return Outcome::failure("plugin_protocol_error", format!("unsupported invocation schema `{}`", invocation.schema)).to_json();
+                }
+                let result = runtime().block_on(p.invoke(&ctx, invocation));
+                Outcome::from_result(result).to_json()
+            }
+            other => {
+                let request: Value = match serde_json::from_str(request.as_str()) {
+                    Ok(v) => v,
+                    Err(e) => return Outcome::failure("plugin_protocol_error", format!("invalid request: {e}")).to_json(),
+                };
+                let result = runtime().block_on(p.hook(&ctx, other, request));
+                Outcome::from_result(result.map(Reply::Json)).to_json()
+            }
+        }
+    }));
+    match result {
+        Ok(s) => RString::from(s),
+        Err(_) => RString::from(Outcome::failure("plugin_panic", take_panic_message()).to_json()),
+    }
+}
+
+/// Export a [`Provider`] as an aab plugin. Use once per cdylib crate:
+///
+/// ```ignore
+/// aab_plugin_api::export_provider!(MyProvider, MyProvider::new);
+/// ```
+///
+/// The plugin crate must list `abi_stable` as a dependency (its export attribute
+/// expands to paths in that crate); authors never use its types directly.
+#[macro_export]
+macro_rules! export_provider {
+    ($provider:ty, $make:expr) => {
+        /// Plain ABI version symbol, read by the host before the layout check.
+        #[unsafe(no_mangle)]
+        pub static AAB_PLUGIN_ABI_MAJOR: u32 = $crate::abi::ABI_MAJOR;
+
+        static __AAB_PROVIDER: ::std::sync::OnceLock<$provider> = ::std::sync::OnceLock::new();
+
+        fn __aab_make() -> $provider {
+            ($make)()
+        }
+
+        extern "C" fn __aab_manifest() -> $crate::abi_stable::std_types::RString {
+            $crate::sdk::__manifest::<$provider>(&__AAB_PROVIDER, __aab_make)
+        }
+
+        extern "C" fn __aab_call(
+            method: $crate::abi_stable::std_types::RStr<'_>,
+            request: $crate::abi_stable::std_types::RStr<'_>,
+            host: &$crate::abi::HostCallbacksRef,
+        ) -> $crate::abi_stable::std_types::RString {
+            $crate::sdk::__call::<$provider>(&__AAB_PROVIDER, __aab_make, method, request, host)
+        }
+
+        #[$crate::abi_stable::export_root_module]
+        fn __aab_root_module() -> $crate::abi::PluginModuleRef {
+            use $crate::abi_stable::prefix_type::PrefixTypeTrait;
+            $crate::abi::PluginModule { manifest: __aab_manifest, call: __aab_call }.leak_into_prefix()
+        }
+    };
+}

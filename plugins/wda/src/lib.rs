@@ -1,0 +1,25 @@
+//! aab provider plugin for the prepared WebDriverAgent runner.
+//!
+//! The provider is not implemented yet, so the plugin advertises **no commands**:
+//! aab never lists a command that cannot execute. It still loads, reports its name
+//! and platform, and takes part in bundles and fingerprints, so packaging is proven
+//! before the provider lands.
+
+use aab_plugin_api::{Context, Invocation, Manifest, Provider, ProviderError, Reply};
+
+pub struct PendingProvider;
+
+impl Provider for PendingProvider {
+    fn manifest(&self) -> Manifest {
+        let mut m = Manifest::new("wda", env!("CARGO_PKG_VERSION"));
+        m.platforms = vec!["ios".to_string()];
+        m
+    }
+
+    async fn invoke(&self, _ctx: &Context<'_>, invocation: Invocation) -> Result<Reply, ProviderError> {
+        // Unreachable through the host (no command is advertised); answer honestly anyway.
+        Err(ProviderError::new("unknown_command", format!("plugin `wda` implements no command `{}` yet", invocation.command)).not_dispatched())
+    }
+}
+
+aab_plugin_api::export_provider!(PendingProvider, || PendingProvider);
