@@ -1,1 +1,85 @@
-fn main() {}
+//! The `aab` binary: the CLI adapter. It routes the invocation [`argv`] parsed to
+//! the runtime client, the plugin reports, the MCP adapter ([`mcp`]) or the hidden
+//! runtime daemon, prints exactly one compact JSON line per command (help text
+//! for `aab help`) and exits with the reply's code: 0 delivered, 1 validation or
+//! execution failure, 2 extraction or delivery failure.
+
+mod argv;
+mod mcp;
+
+use std::io::{self, Write};
+
+use aab_host::CommandError;
+use aab_host::client::{Client, PublicReply};
+use aab_host::registry::discovery;
+use serde_json::Value;
+
+use crate::argv::{Invocation, Rejection};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let code = match try_main(&args) {
+        Ok(code) => code,
+        Err(rejection) => emit_reply(Client::rejection(rejection.command.as_deref(), rejection.error)),
+    };
+    std::process::exit(code);
+}
+
+fn try_main(args: &[String]) -> Result<i32, Rejection> {
+    let invocation = argv::parse(args)?;
+    match invocation {
+        Invocation::Version => Ok(print_text(&format!("aab {}\n", env!("CARGO_PKG_VERSION")))),
+        Invocation::Help => {
+            let client = client(None)?;
+            Ok(print_text(&discovery::help_text(client.registry())))
+        }
+        Invocation::McpUsage => Ok(print_text(mcp::USAGE)),
+        Invocation::Mcp => Ok(mcp::serve(Client::from_env())),
+        Invocation::RuntimeDaemon => Ok(aab_host::runtime::run_daemon()),
+        Invocation::PluginsList => Ok(emit_reply(aab_host::plugins::list_report())),
+        Invocation::PluginsBundle { out } => Ok(emit_reply(aab_host::plugins::bundle_report(&out))),
+        Invocation::PluginsVerify { dir } => Ok(emit_reply(aab_host::plugins::verify_report(&dir))),
+        Invocation::CommandHelp { command, query } => {
+            let client = client(Some(&command))?;
+            let payload = client.capabilities(&query);
+            emit(&payload);
+            Ok(if payload.get("ok") == Some(&Value::Bool(false)) { 1 } else { 0 })
+        }
+        Invocation::Command(arguments) => {
+            let command = arguments.command().to_string();
+            let client = client(Some(&command))?;
+            let cwd = std::env::current_dir().map_err(|error| Rejection {
+                command: Some(command.clone()),
+                error: CommandError::new("invalid_request_directory", format!("cannot read the working directory: {error}")),
+            })?;
+            let schema = client.registry().get(&command).map(|c| &c.input_schema);
+            let request = arguments.into_request(schema)?;
+            Ok(emit_reply(client.run(&request, &cwd)))
+        }
+    }
+}
+
+fn client(command: Option<&str>) -> Result<Client, Rejection> {
+    Client::from_env().map_err(|error| Rejection { command: command.map(str::to_string), error })
+}
+
+/// Prints the reply body as one line and returns its exit code.
+fn emit_reply(reply: PublicReply) -> i32 {
+    emit(&reply.body);
+    reply.exit_code
+}
+
+fn emit(body: &Value) {
+    print_text(&format!("{body}\n"));
+}
+
+/// Writes to stdout, ignoring a closed pipe (`aab ... | head` must not panic).
+fn print_text(text: &str) -> i32 {
+    let mut stdout = io::stdout().lock();
+    let _ = stdout.write_all(text.as_bytes());
+    if !text.ends_with('\n') {
+        let _ = stdout.write_all(b"\n");
+    }
+    let _ = stdout.flush();
+    0
+}

@@ -1,10 +1,30 @@
-//! The runtime client used by both adapters (CLI and MCP). (API stub.)
+//! The runtime client used by both adapters (CLI and MCP). It validates the public
+//! request against the registry (so a bad request never starts a runtime), finds or
+//! starts the shared runtime, checks identity, sends the request with the caller's
+//! cwd and returns the public reply. It never retries a request that may have
+//! reached the runtime.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
+use std::process::{Child, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
+use crate::builtins;
+use crate::config::Config;
+use crate::digest::DigestCache;
 use crate::error::CommandError;
+use crate::plugins::{Catalog, LoadMode};
 use crate::registry::Registry;
+use crate::registry::request::parse_public_request;
+use crate::runtime::endpoint::{self, EndpointRecord};
+use crate::runtime::identity::identity;
+use crate::runtime::lock;
+use crate::runtime::protocol::{Identity, PROTOCOL, ReplyFrame, RequestFrame};
 
 /// A public reply ready for an adapter: the compact body and the CLI exit code
 /// (0 delivered, 1 validation/execution failure, 2 extraction/delivery failure).
@@ -14,34 +34,358 @@ pub struct PublicReply {
     pub exit_code: i32,
 }
 
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+const PROBE_TIMEOUT: Duration = Duration::from_millis(1500);
+const STOP_TIMEOUT: Duration = Duration::from_secs(120);
+
+struct Pooled {
+    runtime_id: String,
+    stream: TcpStream,
+    reader: BufReader<TcpStream>,
+}
+
 pub struct Client {
-    registry: Registry,
+    config: Config,
+    catalog: Catalog,
+    identity: Identity,
+    pool: Mutex<Vec<Pooled>>,
+}
+
+/// What a probe found.
+enum Probe {
+    Running(EndpointRecord, Value),
+    Stopped,
+    /// Lock held, no answering endpoint yet (a runtime is starting).
+    Starting,
+    Unresponsive(EndpointRecord),
 }
 
 impl Client {
     /// Resolve configuration from the environment and build the registry view
     /// (from the manifest cache; plugins are loaded only when a digest changed).
     pub fn from_env() -> Result<Client, CommandError> {
-        Ok(Client { registry: Registry::new(Vec::new()) })
+        let config = Config::from_env()?;
+        let mut cache = DigestCache::open(config.runtime_home.join("digest-cache.json"));
+        let catalog = Catalog::build(&config, &mut cache, LoadMode::ManifestsOnly);
+        let identity = identity(&config, &mut cache, &catalog)?;
+        Ok(Client { config, catalog, identity, pool: Mutex::new(Vec::new()) })
     }
 
     pub fn registry(&self) -> &Registry {
-        &self.registry
+        &self.catalog.registry
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
     }
 
     /// MCP `capabilities` / CLI `--help COMMAND`: never starts the runtime.
     pub fn capabilities(&self, query: &Value) -> Value {
-        crate::registry::discovery::capabilities(&self.registry, query)
-    }
-
-    /// Execute one public request `{command, arguments, extract, output?}`.
-    pub fn run(&mut self, request: &Value, cwd: &Path) -> PublicReply {
-        let _ = (request, cwd);
-        PublicReply { body: Value::Null, exit_code: 1 }
+        crate::registry::discovery::capabilities(&self.catalog.registry, query)
     }
 
     /// The reply for a request rejected before it reached the client (argv errors).
     pub fn rejection(command: Option<&str>, error: CommandError) -> PublicReply {
         crate::reply::rejection(command, &error)
+    }
+
+    /// Execute one public request `{command, arguments, extract, output?}`.
+    pub fn run(&self, request: &Value, cwd: &Path) -> PublicReply {
+        let command_name = request.get("command").and_then(Value::as_str).map(str::to_string);
+        let parsed = match parse_public_request(request) {
+            Ok(p) => p,
+            Err(e) => return crate::reply::rejection(command_name.as_deref(), &e),
+        };
+        let arguments = Value::Object(parsed.arguments.clone());
+        if let Err(e) = self.catalog.registry.validate(&parsed.command, &arguments) {
+            return crate::reply::rejection(Some(&parsed.command), &e);
+        }
+        if parsed.command == builtins::RUNTIME {
+            let op = arguments.get("operation").and_then(Value::as_str).unwrap_or("status");
+            let result = match op {
+                "status" => self.runtime_status(),
+                "stop" => self.runtime_stop(),
+                _ => self.ensure_running().and_then(|_| self.runtime_status()),
+            };
+            return match result {
+                Ok(v) => crate::reply::assemble(&parsed.command, crate::reply::ExecOutcome::Json(v), Default::default(), &parsed.extract, parsed.output_max_bytes),
+                Err(e) => crate::reply::failure(&parsed.command, e),
+            };
+        }
+        let cwd = match cwd.canonicalize() {
+            Ok(p) if p.is_dir() => p,
+            _ => {
+                let e = CommandError::new("invalid_request_directory", format!("working directory {} is not an existing directory", cwd.display())).with_field("cwd");
+                return crate::reply::rejection(Some(&parsed.command), &e);
+            }
+        };
+        match self.execute(request, &cwd) {
+            Ok(reply) => reply,
+            Err(e) => crate::reply::failure(&parsed.command, e),
+        }
+    }
+
+    fn execute(&self, request: &Value, cwd: &Path) -> Result<PublicReply, CommandError> {
+        let record = self.ensure_running()?;
+        let frame = RequestFrame {
+            protocol: PROTOCOL.into(),
+            token: record.token.clone(),
+            method: "execute".into(),
+            identity: Some(self.identity.clone()),
+            request: Some(request.clone()),
+            cwd: Some(cwd.display().to_string()),
+        };
+        let reply = self.send(&record, &frame, None)?;
+        let value = reply.reply.ok_or_else(|| CommandError::ambiguous("runtime_protocol_error", "execute reply without a body"))?;
+        let body = value.get("body").cloned().ok_or_else(|| CommandError::ambiguous("runtime_protocol_error", "execute reply without a body"))?;
+        let exit_code = value.get("exitCode").and_then(Value::as_i64).unwrap_or(1) as i32;
+        Ok(PublicReply { body, exit_code })
+    }
+
+    /// Send one frame and read its reply. Transport failures before the frame was
+    /// written are `dispatched:false`; after it, unknown and ambiguous. A daemon
+    /// error frame is returned as that error (the daemon decides dispatch facts).
+    fn send(&self, record: &EndpointRecord, frame: &RequestFrame, timeout: Option<Duration>) -> Result<ReplyFrame, CommandError> {
+        let mut conn = match self.take_pooled(&record.runtime_id) {
+            Some(c) => c,
+            None => {
+                let addr = SocketAddr::from(([127, 0, 0, 1], record.port));
+                let stream = TcpStream::connect_timeout(&addr, PROBE_TIMEOUT)
+                    .map_err(|e| CommandError::new("runtime_connection_lost", format!("cannot connect to the runtime on port {}: {e}", record.port)))?;
+                let _ = stream.set_nodelay(true);
+                let reader = BufReader::new(stream.try_clone().map_err(|e| CommandError::new("runtime_connection_lost", e.to_string()))?);
+                Pooled { runtime_id: record.runtime_id.clone(), stream, reader }
+            }
+        };
+        let _ = conn.stream.set_read_timeout(timeout);
+        let mut line = serde_json::to_string(frame).expect("frame serialises");
+        line.push('\n');
+        if let Err(e) = conn.stream.write_all(line.as_bytes()) {
+            return Err(if frame.method == "execute" {
+                CommandError::ambiguous("runtime_connection_lost", format!("connection to the runtime failed while sending: {e}"))
+            } else {
+                CommandError::new("runtime_connection_lost", format!("connection to the runtime failed: {e}"))
+            });
+        }
+        let mut reply_line = String::new();
+        let read = conn.reader.read_line(&mut reply_line);
+        let lost = |message: String| {
+            if frame.method == "execute" { CommandError::ambiguous("runtime_connection_lost", message) } else { CommandError::new("runtime_connection_lost", message) }
+        };
+        match read {
+            Ok(0) => return Err(lost("the runtime closed the connection before replying".into())),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                return Err(if frame.method == "execute" {
+                    CommandError::ambiguous("runtime_connection_timeout", "no reply from the runtime in time")
+                } else {
+                    CommandError::new("runtime_connection_timeout", "no reply from the runtime in time")
+                });
+            }
+            Err(e) => return Err(lost(format!("reading the runtime reply failed: {e}"))),
+            Ok(_) => {}
+        }
+        let reply: ReplyFrame = serde_json::from_str(&reply_line).map_err(|e| {
+            if frame.method == "execute" {
+                CommandError::ambiguous("runtime_protocol_error", format!("invalid reply frame: {e}"))
+            } else {
+                CommandError::new("runtime_protocol_error", format!("invalid reply frame: {e}"))
+            }
+        })?;
+        let _ = conn.stream.set_read_timeout(None);
+        if let Ok(mut pool) = self.pool.lock() {
+            if pool.len() < 8 {
+                pool.push(conn);
+            }
+        }
+        if !reply.ok {
+            let e = reply.error.as_ref().and_then(CommandError::from_json).unwrap_or_else(|| CommandError::ambiguous("runtime_protocol_error", "error frame without an error"));
+            return Err(e);
+        }
+        Ok(reply)
+    }
+
+    /// A pooled connection to this runtime that is still open (a closed one would
+    /// turn a never-sent request into an ambiguous one).
+    fn take_pooled(&self, runtime_id: &str) -> Option<Pooled> {
+        let mut pool = self.pool.lock().ok()?;
+        while let Some(conn) = pool.pop() {
+            if conn.runtime_id != runtime_id {
+                continue;
+            }
+            let _ = conn.stream.set_nonblocking(true);
+            let mut buf = [0u8; 1];
+            let alive = matches!(conn.stream.peek(&mut buf), Err(ref e) if e.kind() == std::io::ErrorKind::WouldBlock);
+            let _ = conn.stream.set_nonblocking(false);
+            if alive && conn.reader.buffer().is_empty() {
+                return Some(conn);
+            }
+            let _ = conn.stream.shutdown(Shutdown::Both);
+        }
+        None
+    }
+
+    fn read_endpoint(&self) -> Result<Option<EndpointRecord>, CommandError> {
+        endpoint::read(&self.config.endpoint_path(), &self.config.facts_dir.display().to_string())
+    }
+
+    fn status_frame(&self, record: &EndpointRecord) -> RequestFrame {
+        RequestFrame { protocol: PROTOCOL.into(), token: record.token.clone(), method: "status".into(), identity: None, request: None, cwd: None }
+    }
+
+    fn probe(&self) -> Result<Probe, CommandError> {
+        let record = self.read_endpoint()?;
+        if let Some(record) = &record {
+            match self.send(record, &self.status_frame(record), Some(PROBE_TIMEOUT)) {
+                Ok(reply) => return Ok(Probe::Running(record.clone(), reply.reply.unwrap_or(Value::Null))),
+                Err(e) if e.code == "runtime_access_denied" => return Err(e),
+                Err(_) => {}
+            }
+        }
+        if !self.config.runtime_dir.join("owner.sqlite").exists() {
+            return Ok(Probe::Stopped);
+        }
+        if lock::is_free(&self.config.lock_path())? {
+            return Ok(Probe::Stopped);
+        }
+        Ok(match record {
+            Some(r) => Probe::Unresponsive(r),
+            None => Probe::Starting,
+        })
+    }
+
+    /// Make sure a compatible runtime is running and return its endpoint.
+    fn ensure_running(&self) -> Result<EndpointRecord, CommandError> {
+        // Fast path: a published endpoint; the daemon itself checks identity on execute.
+        if let Some(record) = self.read_endpoint()? {
+            if self.take_pooled(&record.runtime_id).map(|c| self.pool.lock().map(|mut p| p.push(c)).is_ok()).unwrap_or(false) {
+                return Ok(record);
+            }
+        }
+        let deadline = Instant::now() + START_TIMEOUT;
+        let mut child: Option<Child> = None;
+        let mut launches = 0;
+        let mut unresponsive_since: Option<Instant> = None;
+        loop {
+            match self.probe()? {
+                Probe::Running(record, _) => {
+                    reap(&mut child);
+                    return Ok(record);
+                }
+                Probe::Stopped => {
+                    let exited = child.as_mut().map(|c| matches!(c.try_wait(), Ok(Some(_)))).unwrap_or(true);
+                    if exited {
+                        if launches >= 3 {
+                            return Err(self.start_failed("the runtime exited during start"));
+                        }
+                        reap(&mut child);
+                        child = Some(self.launch()?);
+                        launches += 1;
+                    }
+                }
+                Probe::Starting => {}
+                Probe::Unresponsive(record) => {
+                    let since = *unresponsive_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > PROBE_TIMEOUT * 2 {
+                        reap(&mut child);
+                        return Err(CommandError::new(
+                            "runtime_unresponsive",
+                            format!("the runtime (pid {}) holds the owner lock but does not answer; it is never killed or replaced automatically", record.pid),
+                        )
+                        .with_details(json!({"pid": record.pid, "runtimeId": record.runtime_id})));
+                    }
+                }
+            }
+            if Instant::now() > deadline {
+                reap(&mut child);
+                return Err(CommandError::new("runtime_start_timeout", format!("the runtime did not become ready within {} s", START_TIMEOUT.as_secs())));
+            }
+            std::thread::sleep(Duration::from_millis(15));
+        }
+    }
+
+    fn start_failed(&self, what: &str) -> CommandError {
+        let log = std::fs::read_to_string(self.config.log_path()).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect();
+        CommandError::new("runtime_start_failed", format!("{what}; see {}", self.config.log_path().display())).with_details(json!({"logTail": tail}))
+    }
+
+    /// Start `aab runtime-daemon` detached (own session, stdio to runtime.log).
+    fn launch(&self) -> Result<Child, CommandError> {
+        self.config.ensure_runtime_dir()?;
+        let exe = std::env::current_exe().map_err(|e| CommandError::new("runtime_start_failed", format!("cannot locate the aab executable: {e}")))?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.config.log_path())
+            .map_err(|e| CommandError::new("runtime_start_failed", format!("cannot open {}: {e}", self.config.log_path().display())))?;
+        let log2 = log.try_clone().map_err(|e| CommandError::new("runtime_start_failed", e.to_string()))?;
+        let mut cmd = std::process::Command::new(exe);
+        cmd.arg("runtime-daemon")
+            .current_dir("/")
+            .env("AI_APP_BRIDGE_FACT_STORE_DIR", &self.config.facts_dir)
+            .env("AI_APP_BRIDGE_RUNTIME_HOME", &self.config.runtime_home)
+            .env("AI_APP_BRIDGE_PLUGIN_DIR", &self.config.plugin_dir)
+            .env("AI_APP_BRIDGE_DEVICE_OWNERSHIP_DIR", &self.config.ownership_dir)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2);
+        // SAFETY: setsid is async-signal-safe; it detaches the daemon from the
+        // client's session so client signals and terminal hang-ups do not reach it.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        cmd.spawn().map_err(|e| CommandError::new("runtime_start_failed", format!("cannot start the runtime: {e}")))
+    }
+
+    fn runtime_status(&self) -> Result<Value, CommandError> {
+        match self.probe()? {
+            Probe::Running(_, mut status) => {
+                let compatible = status.get("identity").map(|id| {
+                    id.get("code").and_then(Value::as_str) == Some(&self.identity.code) && id.get("config").and_then(Value::as_str) == Some(&self.identity.config)
+                });
+                if let Value::Object(m) = &mut status {
+                    m.insert("compatible".into(), Value::Bool(compatible.unwrap_or(false)));
+                }
+                Ok(status)
+            }
+            Probe::Stopped => Ok(json!({"ok": true, "command": "runtime", "status": "stopped", "facts": self.config.facts_dir.display().to_string()})),
+            Probe::Starting => Ok(json!({"ok": true, "command": "runtime", "status": "starting", "facts": self.config.facts_dir.display().to_string()})),
+            Probe::Unresponsive(record) => Err(CommandError::new("runtime_unresponsive", format!("the runtime (pid {}) holds the owner lock but does not answer", record.pid))),
+        }
+    }
+
+    /// Ask the runtime to stop and wait until it released ownership.
+    fn runtime_stop(&self) -> Result<Value, CommandError> {
+        let record = match self.probe()? {
+            Probe::Running(record, _) => record,
+            Probe::Stopped => return Ok(json!({"ok": true, "command": "runtime", "status": "stopped", "facts": self.config.facts_dir.display().to_string()})),
+            Probe::Starting => return Err(CommandError::new("runtime_starting", "a runtime is starting; retry stop in a moment")),
+            Probe::Unresponsive(record) => {
+                return Err(CommandError::new("runtime_unresponsive", format!("the runtime (pid {}) holds the owner lock but does not answer", record.pid)));
+            }
+        };
+        let frame = RequestFrame { protocol: PROTOCOL.into(), token: record.token.clone(), method: "stop".into(), identity: None, request: None, cwd: None };
+        self.send(&record, &frame, Some(PROBE_TIMEOUT))?;
+        if let Ok(mut pool) = self.pool.lock() {
+            pool.clear();
+        }
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while !lock::is_free(&self.config.lock_path())? {
+            if Instant::now() > deadline {
+                return Err(CommandError::new("runtime_stop_timeout", "the runtime did not finish draining in time; it keeps running"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(json!({"ok": true, "command": "runtime", "status": "stopped", "runtimeId": record.runtime_id, "pid": record.pid, "facts": self.config.facts_dir.display().to_string()}))
+    }
+}
+
+fn reap(child: &mut Option<Child>) {
+    if let Some(mut c) = child.take() {
+        // The daemon outlives us when it won; only collect an already-exited child.
+        let _ = c.try_wait();
     }
 }

@@ -1,1 +1,164 @@
-//! (stub)
+//! Resolved configuration of one client or runtime: where facts, runtime records,
+//! plugins and ownership journals live, and the configuration fingerprint that a
+//! client must share with the runtime it talks to.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use serde_json::json;
+
+use crate::digest::sha256_hex;
+use crate::error::CommandError;
+
+/// Environment variables that change what a runtime does; part of the
+/// configuration fingerprint.
+pub const FINGERPRINT_ENV: &[&str] = &[
+    "AI_APP_BRIDGE_ADB_TIMEOUT_MS",
+    "AI_APP_BRIDGE_DEVICECTL",
+    "AI_APP_BRIDGE_FACT_CACHE",
+    "AI_APP_BRIDGE_IOS_TEAM_ID",
+    "AI_APP_BRIDGE_PYTHON",
+    "AI_APP_BRIDGE_EXECUTOR_HOME",
+    "ANDROID_HOME",
+    "ANDROID_SDK_ROOT",
+    "DEVELOPMENT_TEAM",
+    "DEVELOPER_DIR",
+    "XCODEBUILD",
+];
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Canonical FactStore directory (may not exist yet).
+    pub facts_dir: PathBuf,
+    pub runtime_home: PathBuf,
+    /// `<runtime_home>/<sha256(facts_dir)>`: endpoint record, owner lock, log.
+    pub runtime_dir: PathBuf,
+    pub plugin_dir: PathBuf,
+    pub ownership_dir: PathBuf,
+    pub profile: String,
+    pub environment: BTreeMap<String, Option<String>>,
+}
+
+fn home_dir() -> PathBuf {
+    std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"))
+}
+
+fn env_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from)
+}
+
+/// Canonicalise a path that may not exist yet: resolve the longest existing prefix
+/// with realpath, then append the rest lexically.
+pub fn canonical_path(path: &Path) -> PathBuf {
+    let absolute = if path.is_absolute() { path.to_path_buf() } else { std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")).join(path) };
+    let mut existing = absolute.clone();
+    let mut rest: Vec<std::ffi::OsString> = Vec::new();
+    loop {
+        if let Ok(real) = existing.canonicalize() {
+            let mut out = real;
+            for part in rest.iter().rev() {
+                out.push(part);
+            }
+            return normalise(&out);
+        }
+        match (existing.file_name().map(|s| s.to_os_string()), existing.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name);
+                existing = parent.to_path_buf();
+            }
+            _ => return normalise(&absolute),
+        }
+    }
+}
+
+fn normalise(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+impl Config {
+    pub fn from_env() -> Result<Config, CommandError> {
+        let facts = env_path("AI_APP_BRIDGE_FACT_STORE_DIR").unwrap_or_else(|| {
+            let cache = env_path("XDG_CACHE_HOME").unwrap_or_else(|| home_dir().join(".cache"));
+            cache.join("ai-app-bridge").join("facts")
+        });
+        let facts_dir = canonical_path(&facts);
+        let runtime_home = canonical_path(&env_path("AI_APP_BRIDGE_RUNTIME_HOME").unwrap_or_else(|| home_dir().join(".ai-app-bridge").join("runtimes").join("v1")));
+        let key = sha256_hex(facts_dir.as_os_str().as_encoded_bytes());
+        let runtime_dir = runtime_home.join(&key);
+        let plugin_dir = match env_path("AI_APP_BRIDGE_PLUGIN_DIR") {
+            Some(p) => canonical_path(&p),
+            None => {
+                let exe = std::env::current_exe().map_err(|e| CommandError::new("runtime_start_failed", format!("cannot locate the aab executable: {e}")))?;
+                canonical_path(exe.parent().unwrap_or(Path::new("/")))
+            }
+        };
+        let ownership_dir = canonical_path(&env_path("AI_APP_BRIDGE_DEVICE_OWNERSHIP_DIR").unwrap_or_else(|| home_dir().join(".ai-app-bridge").join("device-ownership")));
+        let profile = std::env::var("AI_APP_BRIDGE_FACT_CACHE_PROFILE").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "standard".to_string());
+        if !matches!(profile.as_str(), "small" | "standard" | "large") {
+            return Err(CommandError::new("invalid_fact_store_profile", format!("AI_APP_BRIDGE_FACT_CACHE_PROFILE must be small, standard or large, got `{profile}`"))
+                .with_field("AI_APP_BRIDGE_FACT_CACHE_PROFILE"));
+        }
+        let environment = FINGERPRINT_ENV.iter().map(|name| (name.to_string(), std::env::var(name).ok())).collect();
+        Ok(Config { facts_dir, runtime_home, runtime_dir, plugin_dir, ownership_dir, profile, environment })
+    }
+
+    /// sha256 of the configuration facts a client and its runtime must share.
+    pub fn fingerprint(&self) -> String {
+        let doc = json!({
+            "facts": self.facts_dir.display().to_string(),
+            "profile": self.profile,
+            "ownership": self.ownership_dir.display().to_string(),
+            "plugins": self.plugin_dir.display().to_string(),
+            "environment": self.environment,
+        });
+        sha256_hex(crate::canonical::to_canonical_string(&doc).as_bytes())
+    }
+
+    pub fn endpoint_path(&self) -> PathBuf {
+        self.runtime_dir.join("endpoint.json")
+    }
+
+    pub fn lock_path(&self) -> PathBuf {
+        self.runtime_dir.join("owner.sqlite")
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.runtime_dir.join("runtime.log")
+    }
+
+    /// Create the runtime directory (0700) and check it is ours.
+    pub fn ensure_runtime_dir(&self) -> Result<(), CommandError> {
+        ensure_private_dir(&self.runtime_dir)
+    }
+}
+
+/// Create `dir` (and parents) with mode 0700 and refuse one owned by someone else
+/// or open to others (`runtime_directory_unsafe`).
+pub fn ensure_private_dir(dir: &Path) -> Result<(), CommandError> {
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| {
+        CommandError::new("runtime_directory_unsafe", format!("cannot create {}: {e}", dir.display())).with_details(json!({"path": dir.display().to_string()}))
+    })?;
+    let meta = std::fs::metadata(dir).map_err(|e| CommandError::new("runtime_directory_unsafe", format!("cannot inspect {}: {e}", dir.display())))?;
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    if meta.uid() != uid {
+        return Err(CommandError::new("runtime_directory_unsafe", format!("{} is owned by uid {}, not by the current user {uid}", dir.display(), meta.uid()))
+            .with_details(json!({"path": dir.display().to_string()})));
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| CommandError::new("runtime_directory_unsafe", format!("cannot restrict {}: {e}", dir.display())))?;
+    }
+    Ok(())
+}

@@ -14,6 +14,7 @@ pub mod client;
 pub mod config;
 pub mod digest;
 pub mod error;
+pub mod ids;
 pub mod pipeline;
 pub mod plugins;
 pub mod registry;

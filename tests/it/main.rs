@@ -1,1 +1,7 @@
+//! The one integration-test binary of `aab-e2e` (link time dominates on 2 cores).
+//!
+//! Build the whole workspace first — the `aab` binary and the fixture cdylibs come
+//! from other crates: `cargo build --workspace --all-targets && cargo test -p aab-e2e`.
 
+mod foundation;
+mod plugin_sdk;

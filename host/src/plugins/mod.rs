@@ -1,1 +1,261 @@
-//! (stub)
+//! Plugin discovery, trust and loading.
+//!
+//! Plugins are the files named `libaab_plugin_*.so` in the plugin directory (next to
+//! the executable, or `AI_APP_BRIDGE_PLUGIN_DIR`). When the directory carries a
+//! bundle manifest (`aab-bundle.json`), a file whose sha256 differs is refused with
+//! `plugin_hash_mismatch`. The runtime loads each accepted plugin from a private
+//! content-addressed copy (`<runtime_dir>/plugins/<sha256>.so`, verified after the
+//! copy) so the bytes that were hashed are the bytes that run, and rebuilding a
+//! plugin in place never changes a loaded mapping. A plugin that fails any check
+//! gets one clear error naming its file; the others keep working.
+
+pub mod bundle;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use aab_plugin_api::Manifest;
+use aab_plugin_api::loader::{self, LoadedModule};
+use serde_json::{Value, json};
+
+use crate::builtins;
+use crate::client::PublicReply;
+use crate::config::Config;
+use crate::digest::{DigestCache, file_sha256};
+use crate::error::CommandError;
+use crate::registry::Registry;
+
+pub use bundle::{BUNDLE_MANIFEST, bundle_report, verify_report};
+
+/// File name prefix/suffix of plugin libraries.
+pub fn is_plugin_file_name(name: &str) -> bool {
+    let prefix = format!("{}aab_plugin_", std::env::consts::DLL_PREFIX);
+    name.starts_with(&prefix) && name.ends_with(std::env::consts::DLL_SUFFIX) && name.len() > prefix.len() + std::env::consts::DLL_SUFFIX.len()
+}
+
+/// Plugin files in `dir`, sorted by name.
+pub fn scan(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter(|e| e.file_type().map(|t| t.is_file() || t.is_symlink()).unwrap_or(false))
+                .filter(|e| e.file_name().to_str().is_some_and(is_plugin_file_name))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+/// What happened to one plugin file.
+#[derive(Clone, Debug)]
+pub struct PluginReport {
+    pub file: PathBuf,
+    pub sha256: Option<String>,
+    pub size: Option<u64>,
+    pub manifest: Option<Manifest>,
+    /// `None` = loaded and registered.
+    pub error: Option<CommandError>,
+}
+
+impl PluginReport {
+    pub fn to_json(&self, registry: &Registry) -> Value {
+        let name = self.manifest.as_ref().map(|m| m.name.clone());
+        let commands: Vec<String> = match (&self.error, &name) {
+            (None, Some(n)) => registry
+                .iter()
+                .filter(|c| matches!(&c.origin, crate::registry::CommandOrigin::Plugin { name, .. } if name == n))
+                .map(|c| c.spec.command.clone())
+                .collect(),
+            _ => Vec::new(),
+        };
+        json!({
+            "name": name,
+            "version": self.manifest.as_ref().map(|m| m.version.clone()),
+            "file": self.file.display().to_string(),
+            "sha256": self.sha256,
+            "size": self.size,
+            "platforms": self.manifest.as_ref().map(|m| m.platforms.clone()).unwrap_or_default(),
+            "commandCount": commands.len(),
+            "commands": commands,
+            "status": if self.error.is_none() { "loaded" } else { "refused" },
+            "error": self.error.as_ref().map(|e| e.to_json()),
+        })
+    }
+}
+
+/// How the catalog obtains manifests.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum LoadMode {
+    /// Runtime: load every accepted plugin (manifests and callable modules).
+    Load,
+    /// Client: use cached manifests; load a plugin only when its bytes changed.
+    ManifestsOnly,
+}
+
+/// The registry plus the state of every plugin file.
+pub struct Catalog {
+    pub registry: Registry,
+    pub reports: Vec<PluginReport>,
+    /// Callable modules by plugin name (runtime only).
+    pub modules: BTreeMap<String, LoadedModule>,
+    /// sha256 of every candidate file by file name (for the code fingerprint).
+    pub file_digests: BTreeMap<String, String>,
+    pub bundle_digest: Option<String>,
+}
+
+impl Catalog {
+    pub fn build(config: &Config, cache: &mut DigestCache, mode: LoadMode) -> Catalog {
+        let mut registry = Registry::new(builtins::specs());
+        let mut reports = Vec::new();
+        let mut modules = BTreeMap::new();
+        let mut file_digests = BTreeMap::new();
+        let bundle = bundle::read_bundle_manifest(&config.plugin_dir);
+        let bundle_digest = std::fs::read(config.plugin_dir.join(BUNDLE_MANIFEST)).ok().map(|b| crate::digest::sha256_hex(&b));
+
+        for file in scan(&config.plugin_dir) {
+            let file_name = file.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+            let mut report = PluginReport { file: file.clone(), sha256: None, size: None, manifest: None, error: None };
+            let (sha, identity) = match cache.sha256(&file) {
+                Ok(v) => v,
+                Err(e) => {
+                    report.error = Some(refusal("plugin_load_failed", &file, format!("cannot read plugin file: {e}")));
+                    reports.push(report);
+                    continue;
+                }
+            };
+            file_digests.insert(file_name.clone(), sha.clone());
+            report.sha256 = Some(sha.clone());
+            report.size = Some(identity.size);
+
+            if let Err(e) = bundle::check_trust(bundle.as_ref(), &file_name, &sha) {
+                report.error = Some(e);
+                reports.push(report);
+                continue;
+            }
+
+            let mut module = None;
+            let manifest = match mode {
+                LoadMode::ManifestsOnly => match cache.manifest(&file, &sha).cloned() {
+                    Some(cached) => manifest_from_cache(&file, cached),
+                    None => {
+                        let loaded = load_manifest(&file, &sha, config).map(|(m, _)| m);
+                        cache.set_manifest(&file, &sha, manifest_to_cache(&loaded));
+                        loaded
+                    }
+                },
+                LoadMode::Load => {
+                    let loaded = load_manifest(&file, &sha, config).map(|(m, loaded_module)| {
+                        module = Some(loaded_module);
+                        m
+                    });
+                    cache.set_manifest(&file, &sha, manifest_to_cache(&loaded));
+                    loaded
+                }
+            };
+            match manifest {
+                Ok(manifest) => {
+                    let duplicate_name = reports.iter().any(|r: &PluginReport| r.error.is_none() && r.manifest.as_ref().is_some_and(|m| m.name == manifest.name));
+                    if duplicate_name {
+                        report.error = Some(refusal("plugin_name_conflict", &file, format!("another loaded plugin is already named `{}`", manifest.name)));
+                    } else if let Err(e) = registry.add_plugin(&manifest.name, &file, &manifest) {
+                        report.error = Some(e);
+                    } else if let Some(module) = module {
+                        modules.insert(manifest.name.clone(), module);
+                    }
+                    report.manifest = Some(manifest);
+                }
+                Err(e) => report.error = Some(e),
+            }
+            reports.push(report);
+        }
+        cache.save();
+        Catalog { registry, reports, modules, file_digests, bundle_digest }
+    }
+
+    /// The code fingerprint input for plugins: every candidate file and its sha256,
+    /// plus the bundle manifest.
+    pub fn plugin_fingerprint_lines(&self) -> String {
+        let mut s = String::new();
+        for (name, sha) in &self.file_digests {
+            s.push_str(&format!("plugin {name} {sha}\n"));
+        }
+        if let Some(b) = &self.bundle_digest {
+            s.push_str(&format!("bundle {b}\n"));
+        }
+        s
+    }
+}
+
+fn refusal(code: &str, file: &Path, message: String) -> CommandError {
+    CommandError::new(code, format!("plugin {}: {message}", file.display())).with_details(json!({"file": file.display().to_string()}))
+}
+
+fn manifest_to_cache(result: &Result<Manifest, CommandError>) -> Value {
+    match result {
+        Ok(m) => json!({"manifest": m}),
+        Err(e) => json!({"error": e.to_json()}),
+    }
+}
+
+fn manifest_from_cache(file: &Path, cached: Value) -> Result<Manifest, CommandError> {
+    if let Some(m) = cached.get("manifest") {
+        return serde_json::from_value(m.clone()).map_err(|e| refusal("plugin_manifest_invalid", file, e.to_string()));
+    }
+    let e = cached.get("error").and_then(CommandError::from_json).unwrap_or_else(|| refusal("plugin_load_failed", file, "unknown cached failure".into()));
+    Err(e)
+}
+
+/// Load a plugin from its private content-addressed copy and read its manifest.
+fn load_manifest(file: &Path, sha: &str, config: &Config) -> Result<(Manifest, LoadedModule), CommandError> {
+    let copy = private_copy(file, sha, config)?;
+    let module = loader::load(&copy).map_err(|e| refusal(e.code, file, e.message))?;
+    let manifest = module.manifest().map_err(|e| refusal(e.code, file, e.message))?;
+    Ok((manifest, module))
+}
+
+/// Copy the plugin to `<runtime_dir>/plugins/<sha>.so` and verify the copy's hash,
+/// so the hashed bytes are exactly what gets loaded.
+fn private_copy(file: &Path, sha: &str, config: &Config) -> Result<PathBuf, CommandError> {
+    let dir = config.runtime_dir.join("plugins");
+    crate::config::ensure_private_dir(&dir)?;
+    let target = dir.join(format!("{sha}{}", std::env::consts::DLL_SUFFIX));
+    if target.exists() && file_sha256(&target).ok().as_deref() == Some(sha) {
+        return Ok(target);
+    }
+    let tmp = dir.join(format!(".{sha}.{}.tmp", std::process::id()));
+    std::fs::copy(file, &tmp).map_err(|e| refusal("plugin_load_failed", file, format!("cannot copy plugin: {e}")))?;
+    let copied = file_sha256(&tmp).map_err(|e| refusal("plugin_load_failed", file, format!("cannot hash plugin copy: {e}")))?;
+    if copied != sha {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(refusal("plugin_hash_mismatch", file, "the plugin file changed while it was being loaded".into()));
+    }
+    std::fs::rename(&tmp, &target).map_err(|e| refusal("plugin_load_failed", file, format!("cannot place plugin copy: {e}")))?;
+    Ok(target)
+}
+
+/// `aab plugins list`: each plugin with name, version, file, sha256, command count
+/// and status. Loads plugins in this process (it never starts the runtime).
+pub fn list_report() -> PublicReply {
+    let config = match Config::from_env() {
+        Ok(c) => c,
+        Err(e) => return crate::reply::rejection(Some("plugins"), &e),
+    };
+    let mut cache = DigestCache::open(config.runtime_home.join("digest-cache.json"));
+    let catalog = Catalog::build(&config, &mut cache, LoadMode::Load);
+    let plugins: Vec<Value> = catalog.reports.iter().map(|r| r.to_json(&catalog.registry)).collect();
+    let refused = catalog.reports.iter().filter(|r| r.error.is_some()).count();
+    let value = json!({
+        "ok": true,
+        "command": "plugins",
+        "operation": "list",
+        "pluginDir": config.plugin_dir.display().to_string(),
+        "bundle": config.plugin_dir.join(BUNDLE_MANIFEST).exists(),
+        "plugins": plugins,
+        "loaded": catalog.reports.len() - refused,
+        "refused": refused,
+        "hostCommands": builtins::specs().len(),
+    });
+    crate::reply::local_value("plugins", value)
+}

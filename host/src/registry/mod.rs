@@ -1,24 +1,63 @@
 //! The one command registry: host built-ins merged with plugin manifests. It feeds
-//! CLI `--help`, MCP `capabilities`, the Script catalog and argument validation.
-//! (API stub — to be completed by the registry work.)
+//! CLI `--help`, MCP `capabilities`, the Script catalog and argument validation, so
+//! no adapter keeps its own command list.
+//!
+//! A plugin's commands are admitted all-or-nothing: a malformed spec or a name that
+//! is already taken refuses the whole plugin, because a half-registered provider
+//! would advertise a platform it cannot fully serve. Every registered schema gets
+//! the host's execution options (`requestId`, `feedback`, `timeoutMs`) injected, and
+//! its validator is compiled once and cached.
 
 pub mod discovery;
 pub mod extract;
 pub mod request;
+pub(crate) mod schema;
 pub mod validate;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use aab_plugin_api::{CommandSpec, Manifest};
-use serde_json::Value;
+use jsonschema::Validator;
+use serde_json::{Map, Value, json};
 
 use crate::error::CommandError;
+
+/// The 11 command domains, in presentation order, with what each groups.
+pub const DOMAINS: [(&str, &str); 11] = [
+    ("execution", "Long-running host operations: runtime control, Intent and Script sessions, device ownership"),
+    ("evidence", "Evidence archives and stored response snapshots"),
+    ("core", "Read-only app state: status, UI trees, screenshots, logs, network, state and events"),
+    ("app", "App lifecycle and permissions: install, launch, clear data, grant and revoke"),
+    ("action", "UI input on Android: taps, text input, swipes, key events, waits"),
+    ("flutter", "Flutter widget trees and Flutter-specific actions"),
+    ("webview", "WebViews and H5 pages embedded in native apps"),
+    ("ios", "iOS devices and apps: SDK runtime, WebDriverAgent, setup"),
+    ("web", "Web pages driven through the Web SDK and web executors"),
+    ("diagnostics", "Device diagnostics such as logcat"),
+    ("advanced", "Expert tools: port forwarding, raw runtimes, test executors"),
+];
+
+/// Names that plugins may not take: they are adapter tools, not commands, and a
+/// command of that name would be unreachable or misleading.
+const RESERVED_COMMANDS: &[&str] = &["capabilities", "run", "help"];
 
 /// Where a command is executed.
 #[derive(Clone, Debug, PartialEq)]
 pub enum CommandOrigin {
     Host,
     Plugin { name: String, file: PathBuf },
+}
+
+impl CommandOrigin {
+    /// The provider name shown in discovery: `host` or the plugin's name.
+    pub fn provider(&self) -> &str {
+        match self {
+            CommandOrigin::Host => "host",
+            CommandOrigin::Plugin { name, .. } => name,
+        }
+    }
 }
 
 /// A command as registered: the advertised spec plus the full input schema (the
@@ -28,31 +67,455 @@ pub struct RegisteredCommand {
     pub spec: CommandSpec,
     pub origin: CommandOrigin,
     pub input_schema: Value,
+    /// Compiled on first use for built-ins (most CLI calls touch one command) and at
+    /// registration for plugins (a schema that does not compile refuses the plugin).
+    validator: OnceLock<Result<Validator, String>>,
+}
+
+impl RegisteredCommand {
+    fn new(spec: CommandSpec, origin: CommandOrigin) -> Self {
+        let input_schema = with_execution_options(&spec);
+        RegisteredCommand { spec, origin, input_schema, validator: OnceLock::new() }
+    }
+
+    /// The cached validator of `input_schema`.
+    pub fn validator(&self) -> Result<&Validator, CommandError> {
+        self.validator.get_or_init(|| validate::compile(&self.input_schema)).as_ref().map_err(|reason| {
+            CommandError::new("internal_error", format!("the input schema of `{}` does not compile: {reason}", self.spec.command))
+                .with_details(json!({"command": self.spec.command, "provider": self.origin.provider()}))
+        })
+    }
+
+    /// Validate already-parsed arguments (object check, depth, schema).
+    pub fn validate_arguments(&self, arguments: &Value) -> Result<(), CommandError> {
+        if !arguments.is_object() {
+            return Err(CommandError::invalid(
+                "arguments",
+                format!("`arguments` must be a JSON object of `{}` arguments, got {}", self.spec.command, validate::preview(arguments)),
+            ));
+        }
+        validate::check_depth(arguments, validate::MAX_ARGUMENT_DEPTH, "arguments")?;
+        validate::validate_instance(self.validator()?, &self.input_schema, arguments, "arguments")
+    }
+
+    /// The `operation` values that select variants of this command, if any.
+    pub fn operations(&self) -> Vec<String> {
+        schema::operations(&self.input_schema).iter().filter_map(|v| v.as_str().map(str::to_string)).collect()
+    }
 }
 
 #[derive(Debug, Default)]
-pub struct Registry {}
+pub struct Registry {
+    commands: BTreeMap<String, RegisteredCommand>,
+    /// Platforms declared by loaded plugin manifests.
+    platforms: BTreeSet<String>,
+}
 
 impl Registry {
-    pub fn new(_builtins: Vec<CommandSpec>) -> Registry {
-        Registry {}
+    /// Register the host's built-ins. They are host code, so a malformed built-in is
+    /// a bug caught by tests (`debug_assert`, and [`Registry::compile_all`]), not a
+    /// runtime condition.
+    pub fn new(builtins: Vec<CommandSpec>) -> Registry {
+        let mut registry = Registry::default();
+        for spec in builtins {
+            debug_assert!(check_spec(&spec).is_ok(), "malformed built-in `{}`: {:?}", spec.command, check_spec(&spec));
+            debug_assert!(!registry.commands.contains_key(&spec.command), "duplicate built-in `{}`", spec.command);
+            registry.commands.entry(spec.command.clone()).or_insert_with(|| RegisteredCommand::new(spec, CommandOrigin::Host));
+        }
+        registry
     }
 
-    /// Register all commands of one plugin, or none of them.
-    pub fn add_plugin(&mut self, _name: &str, _file: &Path, _manifest: &Manifest) -> Result<usize, CommandError> {
-        Ok(0)
+    /// Register all commands of one plugin, or none of them. Returns how many were
+    /// registered.
+    pub fn add_plugin(&mut self, name: &str, file: &Path, manifest: &Manifest) -> Result<usize, CommandError> {
+        let origin = CommandOrigin::Plugin { name: name.to_string(), file: file.to_path_buf() };
+        let mut staged: Vec<RegisteredCommand> = Vec::with_capacity(manifest.commands.len());
+        for spec in &manifest.commands {
+            if let Err(reason) = check_spec(spec) {
+                return Err(manifest_invalid(file, &spec.command, reason));
+            }
+            if let Some(owner) = self.commands.get(&spec.command) {
+                return Err(conflict(file, &spec.command, &owner.origin));
+            }
+            if staged.iter().any(|s| s.spec.command == spec.command) {
+                return Err(manifest_invalid(file, &spec.command, "the manifest declares it more than once".into()));
+            }
+            staged.push(RegisteredCommand::new(spec.clone(), origin.clone()));
+        }
+        // Compile now rather than lazily: a schema that does not compile must refuse
+        // the plugin at load time, not fail a user's call later.
+        for command in &staged {
+            let compiled = validate::compile(&command.input_schema);
+            if let Err(reason) = &compiled {
+                return Err(manifest_invalid(file, &command.spec.command, format!("its inputSchema does not compile: {reason}")));
+            }
+            let _ = command.validator.set(compiled);
+        }
+        let count = staged.len();
+        for command in staged {
+            self.commands.insert(command.spec.command.clone(), command);
+        }
+        self.platforms.extend(manifest.platforms.iter().cloned());
+        Ok(count)
     }
 
-    pub fn get(&self, _command: &str) -> Option<&RegisteredCommand> {
-        None
+    pub fn get(&self, command: &str) -> Option<&RegisteredCommand> {
+        self.commands.get(command)
     }
 
+    /// All commands, sorted by command name.
     pub fn iter(&self) -> impl Iterator<Item = &RegisteredCommand> {
-        std::iter::empty()
+        self.commands.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.commands.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.commands.is_empty()
+    }
+
+    /// Target platforms served: those declared by plugin manifests plus those of
+    /// registered commands, without the pseudo-platforms `host` and `multi`.
+    pub fn platforms(&self) -> BTreeSet<String> {
+        let mut platforms = self.platforms.clone();
+        platforms.extend(self.commands.values().map(|c| c.spec.platform.clone()));
+        platforms.retain(|p| p != "host" && p != "multi");
+        platforms
+    }
+
+    /// Compile every validator now; the first failure is returned. Lets tests (and a
+    /// runtime at start-up) prove the built-in schemas instead of finding out on a call.
+    pub fn compile_all(&self) -> Result<(), CommandError> {
+        self.commands.values().try_for_each(|c| c.validator().map(|_| ()))
     }
 
     /// `unknown_command`, then schema validation with the contract's codes.
-    pub fn validate(&self, command: &str, _arguments: &Value) -> Result<&RegisteredCommand, CommandError> {
-        Err(CommandError::new("unknown_command", format!("unknown command `{command}`")).with_field("command"))
+    pub fn validate(&self, command: &str, arguments: &Value) -> Result<&RegisteredCommand, CommandError> {
+        let Some(registered) = self.commands.get(command) else { return Err(self.unknown_command(command)) };
+        registered.validate_arguments(arguments)?;
+        Ok(registered)
+    }
+
+    /// The `unknown_command` rejection, with a hint when the name is close to a real one.
+    pub fn unknown_command(&self, command: &str) -> CommandError {
+        if command == "capabilities" {
+            return CommandError::new(
+                "unknown_command",
+                "`capabilities` is not a command: use the MCP `capabilities` discovery tool (CLI: `aab --help` or `aab --help COMMAND`)",
+            )
+            .with_field("command");
+        }
+        let suggestions: Vec<&str> = self.commands.keys().filter(|name| edit_distance(name, command) <= 2).map(String::as_str).take(5).collect();
+        let mut message = format!("unknown command `{command}`");
+        if suggestions.is_empty() {
+            message.push_str("; `capabilities` lists the available commands");
+            CommandError::new("unknown_command", message).with_field("command")
+        } else {
+            message.push_str(&format!("; did you mean {}?", suggestions.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(" or ")));
+            CommandError::new("unknown_command", message).with_field("command").with_details(json!({"suggestions": suggestions}))
+        }
+    }
+}
+
+/// Levenshtein distance, for "did you mean" hints on short command names.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let current = row[j + 1];
+            row[j + 1] = if ca == *cb { previous } else { 1 + previous.min(row[j]).min(current) };
+            previous = current;
+        }
+    }
+    row[b.len()]
+}
+
+fn manifest_invalid(file: &Path, command: &str, reason: String) -> CommandError {
+    CommandError::new("plugin_manifest_invalid", format!("plugin `{}` was not loaded: command `{command}` is invalid: {reason}", file.display()))
+        .with_details(json!({"file": file.display().to_string(), "command": command, "reason": reason}))
+}
+
+fn conflict(file: &Path, command: &str, owner: &CommandOrigin) -> CommandError {
+    let owned_by = match owner {
+        CommandOrigin::Host => "the host".to_string(),
+        CommandOrigin::Plugin { name, file } => format!("plugin `{name}` ({})", file.display()),
+    };
+    CommandError::new(
+        "plugin_command_conflict",
+        format!("plugin `{}` was not loaded: it declares command `{command}`, which is already provided by {owned_by}", file.display()),
+    )
+    .with_details(json!({"file": file.display().to_string(), "command": command, "owner": owner.provider()}))
+}
+
+/// `^[a-z][a-z0-9]*(-[a-z0-9]+)*$`: the names CLI flags and MCP arguments can carry.
+pub fn is_valid_command_name(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name.split('-').all(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()))
+}
+
+/// Structural checks of one spec (everything except compiling its schema).
+fn check_spec(spec: &CommandSpec) -> Result<(), String> {
+    if !is_valid_command_name(&spec.command) {
+        return Err("the name must match `^[a-z][a-z0-9]*(-[a-z0-9]+)*$` (lower-case kebab-case)".into());
+    }
+    if RESERVED_COMMANDS.contains(&spec.command.as_str()) {
+        return Err(format!("`{}` is reserved for the host's adapters", spec.command));
+    }
+    if !DOMAINS.iter().any(|(d, _)| *d == spec.domain) {
+        let domains: Vec<&str> = DOMAINS.iter().map(|(d, _)| *d).collect();
+        return Err(format!("domain `{}` is not one of {}", spec.domain, domains.join(", ")));
+    }
+    if spec.default_timeout_ms < 1 || spec.default_timeout_ms > spec.max_timeout_ms {
+        return Err(format!("defaultTimeoutMs {} must be between 1 and maxTimeoutMs {}", spec.default_timeout_ms, spec.max_timeout_ms));
+    }
+    let schema = &spec.input_schema;
+    if schema.get("type") != Some(&json!("object")) {
+        return Err("inputSchema must be an object schema with `\"type\": \"object\"`".into());
+    }
+    if schema.get("additionalProperties") != Some(&Value::Bool(false)) {
+        return Err("inputSchema must set `\"additionalProperties\": false` so unknown arguments are refused".into());
+    }
+    if let Some((at, target)) = schema::first_external_ref(schema) {
+        return Err(format!("inputSchema has an external reference `{target}` at `{at}`; only `#...` references within the schema are allowed"));
+    }
+    Ok(())
+}
+
+/// The spec's schema plus `requestId`, `feedback` and `timeoutMs`, unless the schema
+/// defines them itself (a command may narrow them, e.g. a shorter `timeoutMs`).
+fn with_execution_options(spec: &CommandSpec) -> Value {
+    let mut schema = spec.input_schema.clone();
+    let Value::Object(root) = &mut schema else { return schema };
+    let properties = root.entry("properties").or_insert_with(|| Value::Object(Map::new()));
+    let Value::Object(properties) = properties else { return schema };
+    let options = [
+        (
+            "requestId",
+            json!({"type": "string", "minLength": 1, "maxLength": 256,
+                   "description": "Idempotency key: a repeated request with the same requestId and arguments returns the first outcome instead of acting again"}),
+        ),
+        (
+            "feedback",
+            json!({"type": "string", "enum": ["auto", "off", "full"],
+                   "description": "Execution feedback attached to object results as `_feedback` (default auto; off returns the provider result unchanged)"}),
+        ),
+        (
+            "timeoutMs",
+            json!({"type": "integer", "minimum": 1, "maximum": spec.max_timeout_ms, "default": spec.default_timeout_ms,
+                   "description": format!("Deadline for the whole command in milliseconds (default {}, at most {})", spec.default_timeout_ms, spec.max_timeout_ms)}),
+        ),
+    ];
+    for (name, option) in options {
+        properties.entry(name).or_insert(option);
+    }
+    schema
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use aab_plugin_api::protocol::Mutation;
+
+    /// A minimal valid spec for tests across the registry modules.
+    pub(crate) fn spec(command: &str, domain: &str, platform: &str, input_schema: Value) -> CommandSpec {
+        CommandSpec {
+            command: command.into(),
+            domain: domain.into(),
+            summary: format!("{command} summary"),
+            platform: platform.into(),
+            role: "capability".into(),
+            target_kind: "android-app".into(),
+            script_permission: None,
+            mutation: Mutation::None,
+            mutating_operations: Vec::new(),
+            execution_schemas: Vec::new(),
+            target_key: Vec::new(),
+            device_key: Vec::new(),
+            default_timeout_ms: 5000,
+            max_timeout_ms: 30000,
+            input_schema,
+        }
+    }
+
+    pub(crate) fn object_schema(properties: Value, required: &[&str]) -> Value {
+        json!({"type": "object", "additionalProperties": false, "properties": properties, "required": required})
+    }
+
+    fn simple(command: &str) -> CommandSpec {
+        spec(command, "core", "android", object_schema(json!({"packageName": {"type": "string", "minLength": 1}}), &["packageName"]))
+    }
+
+    fn manifest(name: &str, commands: Vec<CommandSpec>) -> Manifest {
+        let mut m = Manifest::new(name, "1.0.0");
+        m.platforms = vec!["android".into()];
+        m.commands = commands;
+        m
+    }
+
+    #[test]
+    fn builtins_then_plugins_sorted_by_name() {
+        let mut registry = Registry::new(vec![simple("status"), simple("runtime")]);
+        assert_eq!(registry.add_plugin("android", Path::new("/p/libandroid.so"), &manifest("android", vec![simple("tap"), simple("logs")])).unwrap(), 2);
+        let names: Vec<&str> = registry.iter().map(|c| c.spec.command.as_str()).collect();
+        assert_eq!(names, ["logs", "runtime", "status", "tap"]);
+        assert_eq!(registry.get("tap").unwrap().origin.provider(), "android");
+        assert_eq!(registry.get("status").unwrap().origin, CommandOrigin::Host);
+        assert_eq!(registry.platforms().into_iter().collect::<Vec<_>>(), ["android"]);
+        registry.compile_all().unwrap();
+    }
+
+    #[test]
+    fn conflict_refuses_the_whole_plugin_and_keeps_the_owner() {
+        let mut registry = Registry::new(vec![simple("status")]);
+        registry.add_plugin("first", Path::new("/p/libfirst.so"), &manifest("first", vec![simple("tap")])).unwrap();
+        let refused = manifest("second", vec![simple("swipe"), simple("tap")]);
+        let e = registry.add_plugin("second", Path::new("/p/libsecond.so"), &refused).unwrap_err();
+        assert_eq!(e.code, "plugin_command_conflict");
+        assert!(e.message.contains("/p/libsecond.so") && e.message.contains("`tap`") && e.message.contains("`first`"), "{}", e.message);
+        assert_eq!(e.details, Some(json!({"file": "/p/libsecond.so", "command": "tap", "owner": "first"})));
+        assert!(registry.get("swipe").is_none(), "nothing of the refused plugin may be registered");
+        let tap = registry.get("tap").unwrap();
+        assert_eq!(tap.origin, CommandOrigin::Plugin { name: "first".into(), file: "/p/libfirst.so".into() });
+        assert_eq!(registry.len(), 2);
+
+        let e = registry.add_plugin("third", Path::new("/p/libthird.so"), &manifest("third", vec![simple("status")])).unwrap_err();
+        assert_eq!(e.details.unwrap()["owner"], json!("host"));
+        assert!(e.message.contains("the host"), "{}", e.message);
+    }
+
+    #[test]
+    fn malformed_specs_refuse_the_plugin() {
+        let cases: Vec<(CommandSpec, &str)> = vec![
+            (simple("Tap"), "name"),
+            (simple("tap--x"), "name"),
+            (simple("capabilities"), "reserved"),
+            (CommandSpec { domain: "android".into(), ..simple("tap") }, "domain"),
+            (CommandSpec { input_schema: json!({"type": "object"}), ..simple("tap") }, "additionalProperties"),
+            (CommandSpec { input_schema: json!({"type": "array", "additionalProperties": false}), ..simple("tap") }, "\"type\": \"object\""),
+            (CommandSpec { default_timeout_ms: 0, ..simple("tap") }, "defaultTimeoutMs"),
+            (CommandSpec { default_timeout_ms: 40000, ..simple("tap") }, "maxTimeoutMs"),
+            (
+                CommandSpec { input_schema: object_schema(json!({"a": {"$ref": "https://example.com/a.json"}}), &[]), ..simple("tap") },
+                "external reference",
+            ),
+            (CommandSpec { input_schema: object_schema(json!({"a": {"type": "strin"}}), &[]), ..simple("tap") }, "does not compile"),
+            (CommandSpec { input_schema: object_schema(json!({"a": {"pattern": "(?<=x)y"}}), &[]), ..simple("tap") }, "does not compile"),
+        ];
+        for (bad, needle) in cases {
+            let mut registry = Registry::new(Vec::new());
+            let command = bad.command.clone();
+            let e = registry.add_plugin("p", Path::new("/p/libp.so"), &manifest("p", vec![simple("good"), bad])).unwrap_err();
+            assert_eq!(e.code, "plugin_manifest_invalid", "{command}");
+            assert!(e.message.contains(needle), "{command}: {}", e.message);
+            assert!(registry.is_empty(), "{command}: the valid sibling must not be registered");
+        }
+        let mut registry = Registry::new(Vec::new());
+        let e = registry.add_plugin("p", Path::new("/p/libp.so"), &manifest("p", vec![simple("tap"), simple("tap")])).unwrap_err();
+        assert_eq!(e.code, "plugin_manifest_invalid");
+    }
+
+    #[test]
+    fn execution_options_are_injected_unless_defined() {
+        let mut own = simple("wait-text");
+        own.input_schema["properties"]["timeoutMs"] = json!({"type": "integer", "minimum": 1, "maximum": 10000});
+        let registry = Registry::new(vec![simple("status"), own]);
+        let status = &registry.get("status").unwrap().input_schema;
+        assert_eq!(status["properties"]["requestId"]["maxLength"], json!(256));
+        assert_eq!(status["properties"]["feedback"]["enum"], json!(["auto", "off", "full"]));
+        assert_eq!(status["properties"]["timeoutMs"]["maximum"], json!(30000));
+        let wait = &registry.get("wait-text").unwrap().input_schema;
+        assert_eq!(wait["properties"]["timeoutMs"], json!({"type": "integer", "minimum": 1, "maximum": 10000}));
+
+        let e = registry.validate("status", &json!({"packageName": "a", "timeoutMs": "fast"})).unwrap_err();
+        assert_eq!(e.message, "`timeoutMs` must be an integer ≥ 1 and ≤ 30000, got \"fast\"");
+        let e = registry.validate("status", &json!({"packageName": "a", "requestId": ""})).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("requestId"));
+        registry.validate("status", &json!({"packageName": "a", "requestId": "r1", "feedback": "off", "timeoutMs": 30000})).unwrap();
+    }
+
+    #[test]
+    fn validate_rejects_unknown_commands_and_non_objects() {
+        let registry = Registry::new(vec![simple("status"), simple("tap-text")]);
+        let e = registry.validate("capabilities", &json!({})).unwrap_err();
+        assert_eq!((e.code.as_str(), e.field.as_deref()), ("unknown_command", Some("command")));
+        assert!(e.message.contains("capabilities` discovery tool"), "{}", e.message);
+        let e = registry.validate("tap-txt", &json!({})).unwrap_err();
+        assert_eq!(e.code, "unknown_command");
+        assert_eq!(e.details, Some(json!({"suggestions": ["tap-text"]})));
+        let e = registry.validate("status", &json!(["packageName"])).unwrap_err();
+        assert_eq!((e.code.as_str(), e.field.as_deref()), ("invalid_argument", Some("arguments")));
+        let e = registry.validate("status", &json!({})).unwrap_err();
+        assert_eq!((e.code.as_str(), e.field.as_deref()), ("missing_argument", Some("packageName")));
+        assert_eq!(e.to_json()["dispatched"], json!(false));
+    }
+
+    #[test]
+    fn validate_enforces_depth_before_the_schema() {
+        let mut deep = simple("deep");
+        deep.input_schema["properties"]["payload"] = json!({"type": "object"});
+        let registry = Registry::new(vec![deep]);
+        let nest = |levels: usize| {
+            // `levels` counts the arguments object itself.
+            let mut v = json!({});
+            for _ in 2..levels {
+                v = json!({"n": v});
+            }
+            json!({"packageName": "a", "payload": v})
+        };
+        registry.validate("deep", &nest(64)).unwrap();
+        let e = registry.validate("deep", &nest(65)).unwrap_err();
+        assert_eq!(e.code, "invalid_argument");
+        assert!(e.field.as_deref().unwrap().starts_with("payload.n.n"), "{:?}", e.field);
+    }
+
+    #[test]
+    fn validators_are_compiled_once_and_shared() {
+        fn shared<T: Send + Sync>() {}
+        shared::<Registry>();
+        let mut registry = Registry::new(vec![simple("status")]);
+        registry.add_plugin("p", Path::new("/p/libp.so"), &manifest("p", vec![simple("tap")])).unwrap();
+        let status = registry.get("status").unwrap();
+        assert!(status.validator.get().is_none(), "built-ins compile lazily");
+        registry.validate("status", &json!({"packageName": "a"})).unwrap();
+        let first: *const Validator = status.validator().unwrap();
+        registry.validate("status", &json!({"packageName": "b"})).unwrap();
+        assert!(std::ptr::eq(first, status.validator().unwrap()), "the cached validator is reused");
+        assert!(registry.get("tap").unwrap().validator.get().is_some(), "plugins compile at registration");
+    }
+
+    #[test]
+    fn host_builtins_are_well_formed() {
+        for spec in crate::builtins::specs() {
+            assert_eq!(check_spec(&spec), Ok(()), "built-in `{}`", spec.command);
+        }
+        Registry::new(crate::builtins::specs()).compile_all().unwrap();
+    }
+
+    #[test]
+    fn command_names() {
+        for ok in ["a", "tap", "ios-h5-eval", "a1-b2"] {
+            assert!(is_valid_command_name(ok), "{ok}");
+        }
+        for bad in ["", "1a", "-a", "a-", "a--b", "a_b", "aB", "a b"] {
+            assert!(!is_valid_command_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn operations_come_from_the_tagged_union() {
+        let mut s = simple("ui-observation");
+        s.input_schema["properties"]["operation"] = json!({"type": "string", "enum": ["start", "stop"]});
+        s.input_schema["oneOf"] = json!([
+            {"properties": {"operation": {"const": "start"}}},
+            {"properties": {"operation": {"const": "stop"}}}
+        ]);
+        let registry = Registry::new(vec![s, simple("status")]);
+        assert_eq!(registry.get("ui-observation").unwrap().operations(), ["start", "stop"]);
+        assert!(registry.get("status").unwrap().operations().is_empty());
     }
 }

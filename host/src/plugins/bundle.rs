@@ -1,0 +1,158 @@
+//! Plugin bundles: a directory of plugin files plus `aab-bundle.json`
+//! (`aab.plugin-bundle/v1`), the sha256 of every file. A runtime whose plugin
+//! directory carries this manifest only loads files whose bytes match it.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::{Catalog, LoadMode, scan};
+use crate::client::PublicReply;
+use crate::config::Config;
+use crate::digest::{DigestCache, file_sha256};
+use crate::error::CommandError;
+
+pub const BUNDLE_MANIFEST: &str = "aab-bundle.json";
+pub const BUNDLE_SCHEMA: &str = "aab.plugin-bundle/v1";
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BundleManifest {
+    pub schema: String,
+    pub host_version: String,
+    pub plugins: Vec<BundleEntry>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BundleEntry {
+    pub file: String,
+    pub name: String,
+    pub version: String,
+    pub sha256: String,
+    pub size: u64,
+}
+
+/// `Ok(None)` = no bundle manifest; `Err` = a manifest that cannot be trusted.
+pub fn read_bundle_manifest(dir: &Path) -> Option<Result<BundleManifest, CommandError>> {
+    let path = dir.join(BUNDLE_MANIFEST);
+    let bytes = std::fs::read(&path).ok()?;
+    let parsed = serde_json::from_slice::<BundleManifest>(&bytes)
+        .map_err(|e| CommandError::new("plugin_bundle_invalid", format!("{}: {e}", path.display())))
+        .and_then(|m| {
+            if m.schema == BUNDLE_SCHEMA {
+                Ok(m)
+            } else {
+                Err(CommandError::new("plugin_bundle_invalid", format!("{}: unsupported schema `{}`", path.display(), m.schema)))
+            }
+        });
+    Some(parsed)
+}
+
+/// Trust decision for one plugin file.
+pub fn check_trust(bundle: Option<&Result<BundleManifest, CommandError>>, file_name: &str, sha: &str) -> Result<(), CommandError> {
+    let Some(bundle) = bundle else { return Ok(()) };
+    let bundle = bundle.as_ref().map_err(|e| e.clone())?;
+    match bundle.plugins.iter().find(|p| p.file == file_name) {
+        None => Err(CommandError::new("plugin_not_in_bundle", format!("plugin {file_name} is not listed in {BUNDLE_MANIFEST}; refusing to load it"))
+            .with_details(json!({"file": file_name}))),
+        Some(entry) if entry.sha256 != sha => Err(CommandError::new(
+            "plugin_hash_mismatch",
+            format!("plugin {file_name}: sha256 {sha} does not match {} recorded in {BUNDLE_MANIFEST}; refusing to load it", entry.sha256),
+        )
+        .with_details(json!({"file": file_name, "expected": entry.sha256, "actual": sha}))),
+        Some(_) => Ok(()),
+    }
+}
+
+/// `aab plugins bundle --out DIR`: copy every loadable plugin into a new directory
+/// and write its sha256 manifest.
+pub fn bundle_report(out: &Path) -> PublicReply {
+    match bundle(out) {
+        Ok(v) => crate::reply::local_value("plugins", v),
+        Err(e) => crate::reply::rejection(Some("plugins"), &e),
+    }
+}
+
+fn bundle(out: &Path) -> Result<Value, CommandError> {
+    let config = Config::from_env()?;
+    if out.exists() {
+        return Err(CommandError::new("invalid_argument", format!("{} already exists; a bundle is written to a new directory", out.display())).with_field("out"));
+    }
+    match out.parent() {
+        Some(p) if p.as_os_str().is_empty() || p.is_dir() => {}
+        _ => return Err(CommandError::new("invalid_argument", format!("the parent of {} must be an existing directory", out.display())).with_field("out")),
+    }
+    let mut cache = DigestCache::open(config.runtime_home.join("digest-cache.json"));
+    let catalog = Catalog::build(&config, &mut cache, LoadMode::Load);
+    std::fs::create_dir(out).map_err(|e| CommandError::new("bundle_write_failed", format!("cannot create {}: {e}", out.display())))?;
+    let mut entries = Vec::new();
+    let mut skipped = Vec::new();
+    for report in &catalog.reports {
+        let (Some(manifest), Some(sha), None) = (&report.manifest, &report.sha256, &report.error) else {
+            skipped.push(json!({"file": report.file.display().to_string(), "error": report.error.as_ref().map(|e| e.to_json())}));
+            continue;
+        };
+        let file_name = report.file.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+        let target = out.join(&file_name);
+        std::fs::copy(&report.file, &target).map_err(|e| CommandError::new("bundle_write_failed", format!("cannot copy {}: {e}", report.file.display())))?;
+        let copied = file_sha256(&target).map_err(|e| CommandError::new("bundle_write_failed", e.to_string()))?;
+        if &copied != sha {
+            return Err(CommandError::new("plugin_hash_mismatch", format!("{} changed while it was bundled", report.file.display())));
+        }
+        entries.push(BundleEntry { file: file_name, name: manifest.name.clone(), version: manifest.version.clone(), sha256: copied, size: report.size.unwrap_or(0) });
+    }
+    let manifest = BundleManifest { schema: BUNDLE_SCHEMA.into(), host_version: crate::HOST_VERSION.into(), plugins: entries };
+    let bytes = serde_json::to_vec_pretty(&manifest).expect("bundle manifest serialises");
+    std::fs::write(out.join(BUNDLE_MANIFEST), &bytes).map_err(|e| CommandError::new("bundle_write_failed", e.to_string()))?;
+    Ok(json!({
+        "ok": true, "command": "plugins", "operation": "bundle",
+        "bundleDir": out.display().to_string(),
+        "manifest": BUNDLE_MANIFEST,
+        "manifestSha256": crate::digest::sha256_hex(&bytes),
+        "plugins": manifest.plugins,
+        "skipped": skipped,
+    }))
+}
+
+/// `aab plugins verify DIR`: recompute every hash of a bundle, offline.
+pub fn verify_report(dir: &Path) -> PublicReply {
+    match verify(dir) {
+        Ok(v) => crate::reply::local_value("plugins", v),
+        Err(e) => crate::reply::rejection(Some("plugins"), &e),
+    }
+}
+
+fn verify(dir: &Path) -> Result<Value, CommandError> {
+    let manifest = match read_bundle_manifest(dir) {
+        None => return Err(CommandError::new("plugin_bundle_invalid", format!("{} has no {BUNDLE_MANIFEST}", dir.display())).with_field("dir")),
+        Some(m) => m?,
+    };
+    let mut results = Vec::new();
+    let mut problems = Vec::new();
+    for entry in &manifest.plugins {
+        let path = dir.join(&entry.file);
+        let status = match file_sha256(&path) {
+            Err(_) => "missing",
+            Ok(sha) if sha != entry.sha256 => "hash_mismatch",
+            Ok(_) => "ok",
+        };
+        if status != "ok" {
+            problems.push(entry.file.clone());
+        }
+        results.push(json!({"file": entry.file, "name": entry.name, "sha256": entry.sha256, "status": status}));
+    }
+    for file in scan(dir) {
+        let name = file.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+        if !manifest.plugins.iter().any(|p| p.file == name) {
+            problems.push(name.clone());
+            results.push(json!({"file": name, "status": "unlisted"}));
+        }
+    }
+    if !problems.is_empty() {
+        return Err(CommandError::new("plugin_hash_mismatch", format!("bundle {} does not verify: {}", dir.display(), problems.join(", ")))
+            .with_details(json!({"plugins": results})));
+    }
+    Ok(json!({"ok": true, "command": "plugins", "operation": "verify", "bundleDir": dir.display().to_string(), "plugins": results}))
+}

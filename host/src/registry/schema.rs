@@ -1,0 +1,389 @@
+//! Structural knowledge about command input schemas that jsonschema does not expose:
+//! which subschemas exist (to refuse external `$ref`s), how internal `$ref`s resolve,
+//! which `oneOf`/`anyOf` is a tagged union and how to narrow a schema to one
+//! `operation`. Shared by validation (error selection) and discovery (`operation`
+//! filter), so both agree on what a "variant" is.
+
+use serde_json::{Map, Value};
+
+/// Keywords whose value is a map of name → subschema.
+const MAP_KEYWORDS: &[&str] = &["properties", "patternProperties", "$defs", "definitions", "dependentSchemas"];
+/// Keywords whose value is one subschema.
+const SINGLE_KEYWORDS: &[&str] = &[
+    "additionalProperties",
+    "contains",
+    "propertyNames",
+    "not",
+    "if",
+    "then",
+    "else",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "additionalItems",
+    "contentSchema",
+];
+/// Keywords whose value is an array of subschemas (`items` may be either form).
+const ARRAY_KEYWORDS: &[&str] = &["allOf", "anyOf", "oneOf", "prefixItems"];
+
+/// Escape one JSON Pointer reference token (RFC 6901).
+pub(crate) fn escape_token(token: &str) -> String {
+    token.replace('~', "~0").replace('/', "~1")
+}
+
+/// Visit every subschema (including `schema` itself) with its JSON Pointer.
+/// Only keyword positions are descended: the contents of `const`, `enum`,
+/// `default` or `examples` are data, not schemas, and must not be mistaken for one.
+pub(crate) fn walk(schema: &Value, pointer: &str, visit: &mut dyn FnMut(&str, &Map<String, Value>)) {
+    let Value::Object(map) = schema else { return };
+    visit(pointer, map);
+    for (key, value) in map {
+        let here = format!("{pointer}/{}", escape_token(key));
+        let key = key.as_str();
+        match value {
+            Value::Object(children) if MAP_KEYWORDS.contains(&key) => {
+                for (name, child) in children {
+                    walk(child, &format!("{here}/{}", escape_token(name)), visit);
+                }
+            }
+            Value::Object(_) if SINGLE_KEYWORDS.contains(&key) || key == "items" => walk(value, &here, visit),
+            Value::Array(children) if ARRAY_KEYWORDS.contains(&key) || key == "items" => {
+                for (i, child) in children.iter().enumerate() {
+                    walk(child, &format!("{here}/{i}"), visit);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The first `$ref`/`$dynamicRef` that leaves the document, as `(pointer, ref)`.
+/// Plugins must be self-contained: the host never fetches schemas, and a reference
+/// that resolves only on the author's machine would fail at someone else's.
+pub(crate) fn first_external_ref(schema: &Value) -> Option<(String, String)> {
+    let mut found = None;
+    walk(schema, "", &mut |pointer, map| {
+        if found.is_some() {
+            return;
+        }
+        for keyword in ["$ref", "$dynamicRef"] {
+            if let Some(Value::String(target)) = map.get(keyword)
+                && !target.starts_with('#')
+            {
+                found = Some((format!("{pointer}/{keyword}"), target.clone()));
+                return;
+            }
+        }
+    });
+    found
+}
+
+/// Follow internal `$ref`s (`#/...`) from `schema`; a bounded number of hops keeps a
+/// cyclic reference from looping. Anything unresolvable yields the schema as given.
+pub(crate) fn resolve<'a>(root: &'a Value, mut schema: &'a Value) -> &'a Value {
+    for _ in 0..16 {
+        let Some(Value::String(target)) = schema.get("$ref") else { break };
+        let Some(pointer) = target.strip_prefix('#') else { break };
+        match root.pointer(pointer) {
+            Some(next) => schema = next,
+            None => break,
+        }
+    }
+    schema
+}
+
+/// The JSON type name of a value, as JSON Schema spells it.
+pub(crate) fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0) => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Whether `schema`'s own `type` keyword admits `value` (absent `type` admits all).
+/// Used to discard union branches that cannot apply before explaining a failure.
+pub(crate) fn admits_type(schema: &Value, value: &Value) -> bool {
+    let actual = json_type(value);
+    let admits = |t: &str| t == actual || (t == "number" && actual == "integer");
+    match schema {
+        Value::Bool(b) => *b,
+        Value::Object(map) => match map.get("type") {
+            Some(Value::String(t)) => admits(t),
+            Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).any(admits),
+            _ => true,
+        },
+        _ => true,
+    }
+}
+
+/// The values a property schema pins with `const` or a non-empty `enum`.
+fn pinned_values(property: &Value) -> Option<Vec<Value>> {
+    if let Some(c) = property.get("const") {
+        return Some(vec![c.clone()]);
+    }
+    match property.get("enum") {
+        Some(Value::Array(values)) if !values.is_empty() => Some(values.clone()),
+        _ => None,
+    }
+}
+
+/// A union whose branches are told apart by one property's value.
+#[derive(Debug)]
+pub(crate) struct TaggedUnion {
+    pub property: String,
+    /// `(index into the union's array, values selecting that branch)`.
+    pub branches: Vec<(usize, Vec<Value>)>,
+}
+
+impl TaggedUnion {
+    /// Every accepted tag value, in branch order.
+    pub fn allowed(&self) -> Vec<Value> {
+        self.branches.iter().flat_map(|(_, values)| values.iter().cloned()).collect()
+    }
+
+    /// The union index of the branch selected by `value`.
+    pub fn branch_for(&self, value: &Value) -> Option<usize> {
+        self.branches.iter().find(|(_, values)| values.contains(value)).map(|(i, _)| *i)
+    }
+}
+
+/// Recognise a tagged union among `candidates` (indices into `branches`): every
+/// candidate pins the same property to disjoint values. `preferred` is tried first
+/// (discovery asks specifically for `operation`); otherwise the first qualifying
+/// property of the first branch wins, which keeps the choice deterministic.
+pub(crate) fn tagged_union(root: &Value, branches: &[Value], candidates: &[usize], preferred: Option<&str>) -> Option<TaggedUnion> {
+    let first = resolve(root, branches.get(*candidates.first()?)?);
+    let names: Vec<&String> = first.get("properties")?.as_object()?.keys().collect();
+    let ordered = preferred
+        .filter(|p| names.iter().any(|n| n == p))
+        .map(str::to_string)
+        .into_iter()
+        .chain(names.iter().map(|n| n.to_string()));
+    'property: for property in ordered {
+        let mut tagged = TaggedUnion { property: property.clone(), branches: Vec::new() };
+        let mut seen: Vec<Value> = Vec::new();
+        for &i in candidates {
+            let branch = resolve(root, &branches[i]);
+            let Some(prop) = branch.get("properties").and_then(|p| p.get(&property)) else { continue 'property };
+            let Some(values) = pinned_values(resolve(root, prop)) else { continue 'property };
+            if values.iter().any(|v| seen.contains(v)) {
+                continue 'property;
+            }
+            seen.extend(values.iter().cloned());
+            tagged.branches.push((i, values));
+        }
+        return Some(tagged);
+    }
+    None
+}
+
+/// Outcome of narrowing a schema to one `operation`.
+pub(crate) enum Narrowed {
+    Schema(Value),
+    /// The command has operations, but not this one.
+    UnknownOperation(Vec<Value>),
+    /// The command's schema has no `operation` variants at all.
+    NoOperations,
+}
+
+/// Narrow a command schema to the variant for `operation`: the top-level
+/// `oneOf`/`anyOf` tagged on `operation` is replaced by the selected branch merged
+/// into the root, so an agent sees one flat object schema. A plain `operation` enum
+/// (no union) narrows to a `const`.
+pub(crate) fn narrow_to_operation(schema: &Value, operation: &str) -> Narrowed {
+    let wanted = Value::String(operation.to_string());
+    if let Some((keyword, tagged)) = operation_union(schema) {
+        let Some(index) = tagged.branch_for(&wanted) else { return Narrowed::UnknownOperation(tagged.allowed()) };
+        let branch = schema.get(keyword).and_then(|b| b.get(index)).map(|b| resolve(schema, b));
+        let mut narrowed = schema.clone();
+        if let (Value::Object(root), Some(branch)) = (&mut narrowed, branch) {
+            root.remove(keyword);
+            merge_branch(root, branch);
+            pin_operation(root, &wanted);
+        }
+        return Narrowed::Schema(narrowed);
+    }
+    match operation_enum(schema) {
+        Some(values) if values.contains(&wanted) => {
+            let mut narrowed = schema.clone();
+            if let Value::Object(root) = &mut narrowed {
+                pin_operation(root, &wanted);
+            }
+            Narrowed::Schema(narrowed)
+        }
+        Some(values) => Narrowed::UnknownOperation(values),
+        None => Narrowed::NoOperations,
+    }
+}
+
+/// The `operation` values a command schema distinguishes (empty if none).
+pub(crate) fn operations(schema: &Value) -> Vec<Value> {
+    match operation_union(schema) {
+        Some((_, tagged)) => tagged.allowed(),
+        None => operation_enum(schema).unwrap_or_default(),
+    }
+}
+
+/// The top-level `oneOf`/`anyOf` tagged on `operation`, with its keyword.
+fn operation_union(schema: &Value) -> Option<(&'static str, TaggedUnion)> {
+    ["oneOf", "anyOf"].into_iter().find_map(|keyword| {
+        let branches = schema.get(keyword)?.as_array()?;
+        let all: Vec<usize> = (0..branches.len()).collect();
+        let tagged = tagged_union(schema, branches, &all, Some("operation"))?;
+        (tagged.property == "operation").then_some((keyword, tagged))
+    })
+}
+
+/// The values pinned by a plain top-level `operation` property.
+fn operation_enum(schema: &Value) -> Option<Vec<Value>> {
+    schema.get("properties").and_then(|p| p.get("operation")).map(|p| resolve(schema, p)).and_then(pinned_values)
+}
+
+/// Replace `properties.operation` by a `const` (keeping its description).
+fn pin_operation(root: &mut Map<String, Value>, operation: &Value) {
+    let properties = root.entry("properties").or_insert_with(|| Value::Object(Map::new()));
+    if let Value::Object(properties) = properties {
+        let mut pinned = Map::new();
+        if let Some(description) = properties.get("operation").and_then(|p| p.get("description")) {
+            pinned.insert("description".into(), description.clone());
+        }
+        pinned.insert("const".into(), operation.clone());
+        properties.insert("operation".into(), Value::Object(pinned));
+    }
+}
+
+/// Shallow-merge a union branch into the root schema: property schemas merge key by
+/// key (the branch is more specific), `required` lists are united, and any other
+/// keyword the root already has goes under `allOf` so no constraint is lost.
+fn merge_branch(root: &mut Map<String, Value>, branch: &Value) {
+    let Value::Object(branch) = branch else { return };
+    for (key, value) in branch {
+        match key.as_str() {
+            "properties" => {
+                let Value::Object(branch_props) = value else { continue };
+                let props = root.entry("properties").or_insert_with(|| Value::Object(Map::new()));
+                let Value::Object(props) = props else { continue };
+                for (name, prop) in branch_props {
+                    match (props.get_mut(name), prop) {
+                        // `true`/`{}` in a branch only marks the property as allowed.
+                        (Some(_), Value::Bool(true)) => {}
+                        (Some(Value::Object(existing)), Value::Object(specific)) => {
+                            for (k, v) in specific {
+                                existing.insert(k.clone(), v.clone());
+                            }
+                        }
+                        _ => {
+                            props.insert(name.clone(), prop.clone());
+                        }
+                    }
+                }
+            }
+            "required" => {
+                let Value::Array(extra) = value else { continue };
+                let required = root.entry("required").or_insert_with(|| Value::Array(Vec::new()));
+                if let Value::Array(required) = required {
+                    for name in extra {
+                        if !required.contains(name) {
+                            required.push(name.clone());
+                        }
+                    }
+                }
+            }
+            "type" | "description" | "title" => {
+                root.entry(key.clone()).or_insert_with(|| value.clone());
+            }
+            _ if !root.contains_key(key) => {
+                root.insert(key.clone(), value.clone());
+            }
+            _ => {
+                let all = root.entry("allOf").or_insert_with(|| Value::Array(Vec::new()));
+                if let Value::Array(all) = all {
+                    let mut single = Map::new();
+                    single.insert(key.clone(), value.clone());
+                    all.push(Value::Object(single));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn observation_schema() -> Value {
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "operation": {"type": "string", "enum": ["start", "status", "stop"], "description": "what to do"},
+                "durationMs": {"type": "integer"},
+                "leaseId": {"type": "string"}
+            },
+            "required": ["operation"],
+            "oneOf": [
+                {"properties": {"operation": {"const": "start"}, "durationMs": {"minimum": 100}}, "required": ["durationMs"]},
+                {"properties": {"operation": {"enum": ["status"]}}},
+                {"$ref": "#/$defs/stop"}
+            ],
+            "$defs": {"stop": {"properties": {"operation": {"const": "stop"}}, "required": ["leaseId"]}}
+        })
+    }
+
+    #[test]
+    fn external_refs_are_found_but_data_is_not_a_schema() {
+        let schema = json!({
+            "properties": {"a": {"$ref": "#/$defs/x"}, "b": {"const": {"$ref": "https://x"}}},
+            "$defs": {"x": {"type": "string"}}
+        });
+        assert_eq!(first_external_ref(&schema), None);
+        let schema = json!({"properties": {"a": {"items": {"$ref": "other.json"}}}});
+        assert_eq!(first_external_ref(&schema), Some(("/properties/a/items/$ref".to_string(), "other.json".to_string())));
+    }
+
+    #[test]
+    fn tagged_union_accepts_const_enum_and_refs() {
+        let schema = observation_schema();
+        let branches = schema["oneOf"].as_array().unwrap();
+        let tagged = tagged_union(&schema, branches, &[0, 1, 2], None).unwrap();
+        assert_eq!(tagged.property, "operation");
+        assert_eq!(tagged.allowed(), vec![json!("start"), json!("status"), json!("stop")]);
+        assert_eq!(tagged.branch_for(&json!("stop")), Some(2));
+        assert_eq!(tagged.branch_for(&json!("nope")), None);
+    }
+
+    #[test]
+    fn overlapping_values_are_not_a_tagged_union() {
+        let schema = json!({"oneOf": [
+            {"properties": {"kind": {"enum": ["a", "b"]}}},
+            {"properties": {"kind": {"const": "b"}}}
+        ]});
+        let branches = schema["oneOf"].as_array().unwrap();
+        assert!(tagged_union(&schema, branches, &[0, 1], None).is_none());
+    }
+
+    #[test]
+    fn narrowing_merges_the_selected_branch() {
+        let schema = observation_schema();
+        let Narrowed::Schema(start) = narrow_to_operation(&schema, "start") else { panic!("start should narrow") };
+        assert!(start.get("oneOf").is_none());
+        assert_eq!(start["properties"]["operation"], json!({"description": "what to do", "const": "start"}));
+        assert_eq!(start["properties"]["durationMs"], json!({"type": "integer", "minimum": 100}));
+        assert_eq!(start["required"], json!(["operation", "durationMs"]));
+        let Narrowed::Schema(stop) = narrow_to_operation(&schema, "stop") else { panic!("stop should narrow") };
+        assert_eq!(stop["required"], json!(["operation", "leaseId"]));
+        match narrow_to_operation(&schema, "pause") {
+            Narrowed::UnknownOperation(allowed) => assert_eq!(allowed, vec![json!("start"), json!("status"), json!("stop")]),
+            _ => panic!("pause is not an operation"),
+        }
+        assert!(matches!(narrow_to_operation(&json!({"type": "object"}), "x"), Narrowed::NoOperations));
+        let plain = json!({"properties": {"operation": {"enum": ["start", "stop"]}}});
+        let Narrowed::Schema(plain) = narrow_to_operation(&plain, "stop") else { panic!("enum should narrow") };
+        assert_eq!(plain["properties"]["operation"], json!({"const": "stop"}));
+    }
+}
