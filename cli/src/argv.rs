@@ -43,6 +43,10 @@ pub enum Invocation {
     PluginsList,
     PluginsBundle { out: PathBuf },
     PluginsVerify { dir: PathBuf },
+    /// `aab demo [--browser PATH]`: the Web demo in headless Chromium.
+    Demo { browser: Option<PathBuf> },
+    /// `aab demo --help`.
+    DemoUsage,
     /// `--help COMMAND` / `COMMAND --help`: a `capabilities` query.
     CommandHelp { command: String, query: Value },
     /// A registry command; typed with the command's schema by [`CommandArgs::into_request`].
@@ -97,6 +101,7 @@ pub fn parse(args: &[String]) -> Result<Invocation, Rejection> {
     match args[0].as_str() {
         "mcp" => return parse_mcp(args),
         "plugins" => return parse_plugins(args),
+        "demo" => return parse_demo(args),
         "runtime-daemon" => return Ok(Invocation::RuntimeDaemon),
         _ => {}
     }
@@ -339,6 +344,24 @@ fn parse_mcp(args: &[String]) -> Result<Invocation, Rejection> {
         Some(_) => {
             let index = if matches!(args[1].as_str(), "--help" | "-h") { 2 } else { 1 };
             Err(unexpected("mcp", args, index))
+        }
+    }
+}
+
+fn parse_demo(args: &[String]) -> Result<Invocation, Rejection> {
+    match (args.get(1).map(String::as_str), args.get(2)) {
+        (None, _) => Ok(Invocation::Demo { browser: None }),
+        (Some("--help" | "-h"), None) => Ok(Invocation::DemoUsage),
+        (Some("--browser"), Some(path)) if !path.starts_with("--") && args.len() == 3 => Ok(Invocation::Demo { browser: Some(PathBuf::from(path)) }),
+        (Some("--browser"), None) => Err(Rejection::new(Some("demo"), CommandError::new("missing_argument", "`--browser` needs a path").with_field("browser"))),
+        _ => {
+            let index = match args.get(1).map(String::as_str) {
+                Some("--browser") if args.get(2).is_some_and(|p| p.starts_with("--")) => 2,
+                Some("--browser") => 3,
+                Some("--help" | "-h") => 2,
+                _ => 1,
+            };
+            Err(unexpected("demo", args, index.min(args.len() - 1)))
         }
     }
 }

@@ -4,7 +4,12 @@
 //! for `aab help`) and exits with the reply's code: 0 delivered, 1 validation or
 //! execution failure, 2 extraction or delivery failure.
 
+// `CommandError` (the contract envelope) is large, and every argv path returns it
+// at most once per process: boxing it would only add noise.
+#![allow(clippy::result_large_err)]
+
 mod argv;
+mod demo;
 mod mcp;
 
 use std::io::{self, Write};
@@ -36,6 +41,8 @@ fn try_main(args: &[String]) -> Result<i32, Rejection> {
         Invocation::McpUsage => Ok(print_text(mcp::USAGE)),
         Invocation::Mcp => Ok(mcp::serve(Client::from_env())),
         Invocation::RuntimeDaemon => Ok(aab_host::runtime::run_daemon()),
+        Invocation::Demo { browser } => Ok(demo::run(browser.as_deref())),
+        Invocation::DemoUsage => Ok(print_text(demo::USAGE)),
         Invocation::PluginsList => Ok(emit_reply(aab_host::plugins::list_report())),
         Invocation::PluginsBundle { out } => Ok(emit_reply(aab_host::plugins::bundle_report(&out))),
         Invocation::PluginsVerify { dir } => Ok(emit_reply(aab_host::plugins::verify_report(&dir))),

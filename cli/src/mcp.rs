@@ -65,7 +65,9 @@ pub fn serve(client: Result<Client, CommandError>) -> i32 {
     runtime.block_on(async move {
         let adapter = Adapter::new(client);
         let in_flight = adapter.in_flight.clone();
-        let (stdin, stdout) = rmcp::transport::stdio();
+        // Non-blocking pipes when the client launched us with FIFOs (the usual case),
+        // blocking handles otherwise.
+        let (stdin, stdout) = rmcp::transport::stdio_pipes();
         let transport = (HoldEof::new(stdin, in_flight), stdout);
         let service = match adapter.serve(transport).await {
             Ok(service) => service,

@@ -4,33 +4,81 @@
 
 use aab_plugin_api::CommandSpec;
 use aab_plugin_api::protocol::Mutation;
-use serde_json::json;
+use serde_json::{Value, json};
 
 pub const RUNTIME: &str = "runtime";
+pub const DEVICE_OWNERSHIP: &str = "device-ownership";
 
-pub fn specs() -> Vec<CommandSpec> {
-    vec![CommandSpec {
-        command: RUNTIME.into(),
+fn spec(command: &str, summary: &str, mutation: Mutation, mutating: &[&str], input_schema: Value) -> CommandSpec {
+    CommandSpec {
+        command: command.into(),
         domain: "execution".into(),
-        summary: "Start, inspect or stop the shared local runtime".into(),
+        summary: summary.into(),
         platform: "host".into(),
         role: "execution".into(),
         target_kind: "host-runtime".into(),
         script_permission: None,
-        mutation: Mutation::Conditional,
-        mutating_operations: vec!["start".into(), "stop".into()],
+        mutation,
+        mutating_operations: mutating.iter().map(|s| s.to_string()).collect(),
         execution_schemas: vec![],
         target_key: vec![],
+        lane: None,
         device_key: vec![],
         default_timeout_ms: 10_000,
         max_timeout_ms: 60_000,
-        input_schema: json!({
+        input_schema,
+    }
+}
+
+pub fn specs() -> Vec<CommandSpec> {
+    let uuid = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$";
+    let mut ownership = spec(
+        DEVICE_OWNERSHIP,
+        "Inspect a device's ownership journal, reconcile an action whose outcome is unknown, or read a retained settlement",
+        Mutation::Conditional,
+        &["reconcile"],
+        json!({
             "type": "object",
+            "additionalProperties": false,
             "properties": {
-                "operation": {"enum": ["start", "status", "stop"], "description": "start: ensure running; status: inspect without starting; stop: drain active work and release ownership"}
+                "operation": {"type": "string", "enum": ["status", "reconcile", "receipt"], "description": "status: journal and phase; reconcile: ask the owning provider for the original action's durable receipt (never replays it); receipt: the retained settlement of one action"},
+                "serial": {"type": "string", "minLength": 1, "maxLength": 1024, "description": "the physical device identifier (the value of the command's device key)"},
+                "runtimeEpoch": {"type": "string", "pattern": uuid, "description": "runtime id that issued the action (receipt)"},
+                "actionId": {"type": "string", "minLength": 1, "maxLength": 1024, "description": "the original action id (receipt)"}
             },
-            "required": ["operation"],
-            "additionalProperties": false
+            "required": ["operation", "serial"],
+            "oneOf": [
+                {"properties": {"operation": {"const": "status"}}},
+                {"properties": {"operation": {"const": "reconcile"}}},
+                {"properties": {"operation": {"const": "receipt"}}, "required": ["runtimeEpoch", "actionId"]}
+            ]
         }),
-    }]
+    );
+    ownership.role = "capability".into();
+    ownership.target_kind = "device".into();
+    ownership.max_timeout_ms = 30_000;
+    vec![
+        spec(
+            RUNTIME,
+            "Start, inspect or stop the shared local runtime, or cancel a queued or running request",
+            Mutation::Conditional,
+            &["start", "stop", "cancel"],
+            json!({
+                "type": "object",
+                "additionalProperties": false,
+                "properties": {
+                    "operation": {"type": "string", "enum": ["start", "status", "stop", "cancel"], "description": "start: ensure running; status: inspect without starting; stop: drain active work and release ownership; cancel: cancel the requests sent with `cancelRequestId`"},
+                    "cancelRequestId": {"type": "string", "minLength": 1, "maxLength": 256, "description": "the requestId of the request(s) to cancel (cancel)"}
+                },
+                "required": ["operation"],
+                "oneOf": [
+                    {"properties": {"operation": {"const": "start"}}},
+                    {"properties": {"operation": {"const": "status"}}},
+                    {"properties": {"operation": {"const": "stop"}}},
+                    {"properties": {"operation": {"const": "cancel"}}, "required": ["cancelRequestId"]}
+                ]
+            }),
+        ),
+        ownership,
+    ]
 }

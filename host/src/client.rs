@@ -105,6 +105,17 @@ impl Client {
             let result = match op {
                 "status" => self.runtime_status(),
                 "stop" => self.runtime_stop(),
+                // Cancel reaches only a running runtime; it never starts one.
+                "cancel" => match self.probe() {
+                    Ok(Probe::Running(..)) => {
+                        return match self.execute(request, cwd) {
+                            Ok(reply) => reply,
+                            Err(e) => crate::reply::failure(&parsed.command, e),
+                        };
+                    }
+                    Ok(_) => Ok(json!({"ok": true, "command": "runtime", "operation": "cancel", "cancelled": 0, "status": "stopped"})),
+                    Err(e) => Err(e),
+                },
                 _ => self.ensure_running().and_then(|_| self.runtime_status()),
             };
             return match result {
@@ -192,11 +203,10 @@ impl Client {
             }
         })?;
         let _ = conn.stream.set_read_timeout(None);
-        if let Ok(mut pool) = self.pool.lock() {
-            if pool.len() < 8 {
+        if let Ok(mut pool) = self.pool.lock()
+            && pool.len() < 8 {
                 pool.push(conn);
             }
-        }
         if !reply.ok {
             let e = reply.error.as_ref().and_then(CommandError::from_json).unwrap_or_else(|| CommandError::ambiguous("runtime_protocol_error", "error frame without an error"));
             return Err(e);
@@ -256,11 +266,10 @@ impl Client {
     /// Make sure a compatible runtime is running and return its endpoint.
     fn ensure_running(&self) -> Result<EndpointRecord, CommandError> {
         // Fast path: a published endpoint; the daemon itself checks identity on execute.
-        if let Some(record) = self.read_endpoint()? {
-            if self.take_pooled(&record.runtime_id).map(|c| self.pool.lock().map(|mut p| p.push(c)).is_ok()).unwrap_or(false) {
+        if let Some(record) = self.read_endpoint()?
+            && self.take_pooled(&record.runtime_id).map(|c| self.pool.lock().map(|mut p| p.push(c)).is_ok()).unwrap_or(false) {
                 return Ok(record);
             }
-        }
         let deadline = Instant::now() + START_TIMEOUT;
         let mut child: Option<Child> = None;
         let mut launches = 0;

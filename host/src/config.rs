@@ -103,7 +103,7 @@ impl Config {
                 canonical_path(exe.parent().unwrap_or(Path::new("/")))
             }
         };
-        let ownership_dir = canonical_path(&env_path("AI_APP_BRIDGE_DEVICE_OWNERSHIP_DIR").unwrap_or_else(|| home_dir().join(".ai-app-bridge").join("device-ownership")));
+        let ownership_dir = canonical_path(&env_path("AI_APP_BRIDGE_DEVICE_OWNERSHIP_DIR").unwrap_or_else(|| home_dir().join(".ai-app-bridge").join("device-ownership").join("v1")));
         let profile = std::env::var("AI_APP_BRIDGE_FACT_CACHE_PROFILE").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "standard".to_string());
         if !matches!(profile.as_str(), "small" | "standard" | "large") {
             return Err(CommandError::new("invalid_fact_store_profile", format!("AI_APP_BRIDGE_FACT_CACHE_PROFILE must be small, standard or large, got `{profile}`"))

@@ -131,12 +131,11 @@ impl DigestCache {
     }
 
     pub fn set_manifest(&mut self, path: &Path, sha256: &str, manifest: Value) {
-        if let Some(e) = self.entries.get_mut(&path.display().to_string()) {
-            if e.sha256 == sha256 && e.manifest.as_ref() != Some(&manifest) {
+        if let Some(e) = self.entries.get_mut(&path.display().to_string())
+            && e.sha256 == sha256 && e.manifest.as_ref() != Some(&manifest) {
                 e.manifest = Some(manifest);
                 self.dirty = true;
             }
-        }
     }
 
     /// Write the cache atomically (temp file + rename) if it changed.

@@ -8,6 +8,7 @@
 //! source of commands, schemas and validation; [`reply`] assembles every public reply.
 //! See docs/ARCHITECTURE.md for the invariants.
 
+pub mod admission;
 pub mod builtins;
 pub mod canonical;
 pub mod client;
@@ -15,6 +16,7 @@ pub mod config;
 pub mod digest;
 pub mod error;
 pub mod ids;
+pub mod ownership;
 pub mod pipeline;
 pub mod plugins;
 pub mod registry;

@@ -1,20 +1,349 @@
-//! Dispatch of one validated command to its plugin: builds the invocation, runs
-//! the blocking plugin call off the async workers, enforces the single deadline,
-//! and turns the plugin's outcome into dispatch facts. A failure before the
-//! plugin's dispatch mark is `dispatched:false, ambiguous:false`; after it the
-//! outcome is ambiguous. Nothing here ever retries a call.
+//! The protocol-neutral execution host: the ordinary-command pipeline.
+//!
+//! parse → validate (every rejection before any device, store or file access) →
+//! request-id idempotency → admission (per-target FIFO lane, one deadline) →
+//! device ownership (pending action durable *before* dispatch) → provider call
+//! (deadline, cancellation, dispatch mark) → settlement → public reply.
+//!
+//! Nothing here ever retries a call. A failure before the plugin's dispatch mark is
+//! `dispatched:false, ambiguous:false`; after it the outcome is ambiguous and the
+//! device stays unresolved until reconciled.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use aab_plugin_api::loader::{self, CallState, LoadedModule};
-use aab_plugin_api::protocol::{INVOCATION_SCHEMA, Invocation, Outcome};
-use serde_json::{Value, json};
+use aab_plugin_api::protocol::{INVOCATION_SCHEMA, Invocation, Mutation, Outcome};
+use serde_json::{Map, Value, json};
 
+use crate::admission::{self, ActiveRequests, Cancel, CancelReason, Claim, Idempotency, Lanes};
+use crate::builtins;
+use crate::client::PublicReply;
 use crate::error::CommandError;
-use crate::registry::RegisteredCommand;
-use crate::reply::ExecOutcome;
+use crate::ownership::Ownership;
+use crate::plugins::Catalog;
+use crate::registry::request::parse_public_request;
+use crate::registry::{CommandOrigin, RegisteredCommand};
+use crate::reply::{self, ExecOutcome};
+
+/// How long a plugin gets to return after its cancellation flag was set at the
+/// deadline, so it can close its subprocesses and sockets before the call settles.
+const CANCEL_GRACE: Duration = Duration::from_millis(250);
+
+/// Runtime-level services the `runtime` built-in needs from its daemon.
+pub trait RuntimeControl: Send + Sync {
+    fn status(&self) -> Value;
+    fn begin_stop(&self);
+}
+
+pub struct ExecutionHost {
+    pub catalog: Catalog,
+    pub runtime_id: String,
+    pub ownership: Ownership,
+    lanes: Lanes,
+    idempotency: Idempotency,
+    pub active: ActiveRequests,
+    pub executed: AtomicU64,
+}
+
+/// The effective timeout: `timeoutMs` argument (already validated against the
+/// command's maximum) or the command's default.
+pub fn timeout_of(command: &RegisteredCommand, arguments: &Value) -> Duration {
+    let ms = arguments.get("timeoutMs").and_then(Value::as_u64).unwrap_or(command.spec.default_timeout_ms);
+    Duration::from_millis(ms.clamp(1, command.spec.max_timeout_ms.max(1)))
+}
+
+/// Whether this invocation changes its target.
+pub fn is_mutation(command: &RegisteredCommand, arguments: &Value) -> bool {
+    match command.spec.mutation {
+        Mutation::None => false,
+        Mutation::Always => true,
+        Mutation::Conditional => {
+            let op = arguments.get("operation").and_then(Value::as_str).unwrap_or("");
+            command.spec.mutating_operations.iter().any(|m| m == op)
+        }
+    }
+}
+
+/// The physical device a mutation is bound to, from the command's device key. The
+/// command's schema decides whether the device arguments are required (the registry
+/// is the only validator); a mutation that names no device takes no journal.
+fn device_of(command: &RegisteredCommand, arguments: &Value) -> Result<Option<String>, CommandError> {
+    if command.spec.device_key.is_empty() {
+        return Ok(None);
+    }
+    let mut parts = Vec::new();
+    for name in &command.spec.device_key {
+        match arguments.get(name) {
+            Some(Value::String(s)) => parts.push(s.clone()),
+            Some(v) if !v.is_null() => parts.push(v.to_string()),
+            _ => return Ok(None),
+        }
+    }
+    Ok(Some(parts.join("/")))
+}
+
+impl ExecutionHost {
+    pub fn new(catalog: Catalog, runtime_id: String, ownership: Ownership) -> ExecutionHost {
+        ExecutionHost {
+            catalog,
+            runtime_id,
+            ownership,
+            lanes: Lanes::default(),
+            idempotency: Idempotency::default(),
+            active: ActiveRequests::default(),
+            executed: AtomicU64::new(0),
+        }
+    }
+
+    /// Run one public request and build its reply.
+    pub async fn execute(&self, request: Value, cwd: String, control: &dyn RuntimeControl) -> PublicReply {
+        let name = request.get("command").and_then(Value::as_str).map(str::to_string);
+        let parsed = match parse_public_request(&request) {
+            Ok(p) => p,
+            Err(e) => return reply::rejection(name.as_deref(), &e),
+        };
+        let arguments = Value::Object(parsed.arguments.clone());
+        let command = match self.catalog.registry.validate(&parsed.command, &arguments) {
+            Ok(c) => c,
+            Err(e) => return reply::rejection(Some(&parsed.command), &e),
+        };
+        let mutation = is_mutation(command, &arguments);
+        let device = if mutation {
+            match device_of(command, &arguments) {
+                Ok(d) => d,
+                Err(e) => return reply::rejection(Some(&parsed.command), &e),
+            }
+        } else {
+            None
+        };
+        let deadline = Instant::now() + timeout_of(command, &arguments);
+        let admission_key = admission::admission_key(&command.spec.target_kind, &command.spec.target_key, command.spec.lane.as_deref(), &arguments);
+        let request_id = arguments.get("requestId").and_then(Value::as_str).map(str::to_string);
+        let target_key = admission_key.clone().unwrap_or_else(|| format!("host:{}", parsed.command));
+
+        let claim = match &request_id {
+            Some(rid) => match self.idempotency.claim(&target_key, rid, admission::content_digest(&parsed.command, &parsed.arguments)) {
+                Ok(c) => Some(c),
+                Err(e) => return reply::rejection(Some(&parsed.command), &e),
+            },
+            None => None,
+        };
+        let sender = match claim {
+            Some(Claim::Reuse(rx)) => {
+                let outcome = admission::await_outcome(rx).await;
+                let mut ctl = Map::new();
+                ctl.insert("history".into(), reply::history_unavailable());
+                ctl.insert("idempotency".into(), json!({"requestId": request_id, "reused": true}));
+                return reply::assemble(&parsed.command, outcome, ctl, &parsed.extract, parsed.output_max_bytes);
+            }
+            Some(Claim::Execute(tx)) => Some(tx),
+            None => None,
+        };
+
+        let cancel = Cancel::default();
+        let active_id = self.active.register(request_id.as_deref(), cancel.clone());
+        let started = Instant::now();
+        let outcome = match self.lanes.admit(admission_key.as_deref(), deadline, &cancel).await {
+            Err(e) => ExecOutcome::Failed(e),
+            Ok(_lane) => {
+                self.active.mark_admitted(active_id);
+                let queue_wait = started.elapsed();
+                let outcome = self.dispatch(command, &parsed.command, arguments.clone(), cwd, deadline, &cancel, device, control).await;
+                tracing::debug!(command = %parsed.command, queue_ms = queue_wait.as_millis() as u64, "settled");
+                outcome
+            }
+        };
+        self.active.unregister(active_id);
+        self.executed.fetch_add(1, Ordering::SeqCst);
+        if let (Some(tx), Some(rid)) = (sender, &request_id) {
+            self.idempotency.settle(&target_key, rid, tx, outcome.clone());
+        }
+        let mut ctl = Map::new();
+        ctl.insert("history".into(), reply::history_unavailable());
+        reply::assemble(&parsed.command, outcome, ctl, &parsed.extract, parsed.output_max_bytes)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn dispatch(
+        &self,
+        command: &RegisteredCommand,
+        name: &str,
+        arguments: Value,
+        cwd: String,
+        deadline: Instant,
+        cancel: &Cancel,
+        device: Option<String>,
+        control: &dyn RuntimeControl,
+    ) -> ExecOutcome {
+        let plugin = match &command.origin {
+            CommandOrigin::Host => return self.builtin(name, &arguments, deadline, control).await,
+            CommandOrigin::Plugin { name, .. } => name.clone(),
+        };
+        let Some(module) = self.catalog.modules.get(&plugin).copied() else {
+            return ExecOutcome::Failed(CommandError::new("plugin_unavailable", format!("plugin `{plugin}` is not loaded")));
+        };
+        let action_id = crate::ids::uuid_v4();
+        let guard = match &device {
+            None => None,
+            Some(serial) => {
+                let mut pending = Map::new();
+                pending.insert("kind".into(), json!("plugin-action"));
+                pending.insert("plugin".into(), json!(plugin));
+                pending.insert("command".into(), json!(name));
+                pending.insert("actionId".into(), json!(action_id));
+                pending.insert("runtimeEpoch".into(), json!(self.runtime_id));
+                pending.insert("target".into(), json!({"serial": serial}));
+                pending.insert("requestDigest".into(), json!(admission::content_digest(name, arguments.as_object().expect("validated object"))));
+                let ownership = self.ownership.clone();
+                let serial = serial.clone();
+                match tokio::task::spawn_blocking(move || ownership.begin(&serial, pending)).await {
+                    Ok(Ok(g)) => Some(g),
+                    Ok(Err(e)) => return ExecOutcome::Failed(e),
+                    Err(e) => return ExecOutcome::Failed(CommandError::new("device_ownership_unavailable", format!("ownership check failed: {e}"))),
+                }
+            }
+        };
+        let arguments_for_timeout = arguments.clone();
+        let outcome = invoke_plugin(PluginCall {
+            module,
+            plugin: &plugin,
+            command,
+            request_id: arguments.get("requestId").and_then(Value::as_str).map(str::to_string),
+            arguments,
+            cwd,
+            runtime_id: &self.runtime_id,
+            action_id: action_id.clone(),
+            timeout: timeout_of(command, &arguments_for_timeout),
+            deadline,
+            cancel: cancel.clone(),
+        })
+        .await;
+        if let Some(guard) = guard {
+            let known = match &outcome {
+                ExecOutcome::Failed(e) => e.dispatched == Some(false) && !e.ambiguous,
+                _ => true,
+            };
+            let result = if known {
+                let proof = match &outcome {
+                    ExecOutcome::Failed(e) => json!({"ok": false, "error": e.code, "dispatched": false}),
+                    _ => json!({"ok": true}),
+                };
+                tokio::task::spawn_blocking(move || guard.settle(json!({"source": "provider-reply", "outcome": proof}))).await
+            } else {
+                let reason = match &outcome {
+                    ExecOutcome::Failed(e) => json!({"error": e.code, "message": e.message}),
+                    _ => Value::Null,
+                };
+                tokio::task::spawn_blocking(move || guard.leave_unresolved(reason)).await
+            };
+            // A failed journal write leaves the pending record in place, so the device
+            // stays blocked: the safe direction.
+            match result {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::error!("ownership journal not updated after {name}: {e}"),
+                Err(e) => tracing::error!("ownership journal not updated after {name}: {e}"),
+            }
+        }
+        outcome
+    }
+
+    async fn builtin(&self, name: &str, arguments: &Value, deadline: Instant, control: &dyn RuntimeControl) -> ExecOutcome {
+        let op = arguments.get("operation").and_then(Value::as_str).unwrap_or("status");
+        match (name, op) {
+            (builtins::RUNTIME, "stop") => {
+                control.begin_stop();
+                ExecOutcome::Json(control.status())
+            }
+            (builtins::RUNTIME, "cancel") => {
+                let rid = arguments.get("cancelRequestId").and_then(Value::as_str).unwrap_or_default();
+                let n = self.active.cancel(rid);
+                ExecOutcome::Json(json!({"ok": true, "command": "runtime", "operation": "cancel", "cancelRequestId": rid, "cancelled": n}))
+            }
+            (builtins::RUNTIME, _) => ExecOutcome::Json(control.status()),
+            (builtins::DEVICE_OWNERSHIP, op) => self.device_ownership(op, arguments, deadline).await,
+            _ => ExecOutcome::Failed(CommandError::new("unknown_command", format!("no host implementation for `{name}`"))),
+        }
+    }
+
+    async fn device_ownership(&self, op: &str, arguments: &Value, deadline: Instant) -> ExecOutcome {
+        let serial = arguments.get("serial").and_then(Value::as_str).unwrap_or_default().to_string();
+        let ownership = self.ownership.clone();
+        match op {
+            "status" => blocking(move || ownership.status(&serial)).await,
+            "receipt" => {
+                let epoch = arguments.get("runtimeEpoch").and_then(Value::as_str).unwrap_or_default().to_string();
+                let action = arguments.get("actionId").and_then(Value::as_str).unwrap_or_default().to_string();
+                blocking(move || ownership.receipt(&serial, &epoch, &action)).await
+            }
+            _ => self.reconcile(serial, deadline).await,
+        }
+    }
+
+    /// Ask the provider that owned the pending action for its durable receipt. Only
+    /// a receipt for the same action id and runtime epoch settles it; an idle or
+    /// foreign answer leaves the device unresolved. Never replays the action.
+    async fn reconcile(&self, serial: String, deadline: Instant) -> ExecOutcome {
+        let ownership = self.ownership.clone();
+        let s = serial.clone();
+        let guard = match tokio::task::spawn_blocking(move || ownership.begin_reconcile(&s)).await {
+            Ok(Ok(g)) => g,
+            Ok(Err(e)) => return ExecOutcome::Failed(e),
+            Err(e) => return ExecOutcome::Failed(CommandError::new("device_ownership_unavailable", e.to_string())),
+        };
+        let Some(pending) = guard.journal.pending.clone() else {
+            return ExecOutcome::Json(json!({
+                "ok": true, "command": "device-ownership", "serial": serial, "phase": "idle", "recovered": false,
+                "settlement": guard.journal.last_settlement,
+            }));
+        };
+        let plugin = pending.get("plugin").and_then(Value::as_str).unwrap_or_default().to_string();
+        let unresolved = |recovery: Value| {
+            ExecOutcome::Failed(
+                CommandError::new("device_ownership_unresolved", format!("device `{serial}` stays unresolved: the provider did not produce the original action's receipt"))
+                    .with_details(json!({"serial": serial, "phase": "unresolved", "pending": pending, "recovery": recovery})),
+            )
+        };
+        let Some(module) = self.catalog.modules.get(&plugin).copied() else {
+            return unresolved(json!({"reason": "provider_unavailable", "plugin": plugin}));
+        };
+        let request = json!({"pending": pending, "serial": serial});
+        let answer = match call_hook(module, &plugin, "reconcile", &request, deadline, &self.runtime_id).await {
+            Ok(v) => v,
+            Err(e) => return unresolved(json!({"reason": "provider_error", "error": e.to_json()})),
+        };
+        let receipt = answer.get("receipt").cloned().unwrap_or(Value::Null);
+        let matches = answer.get("status").and_then(Value::as_str) == Some("settled")
+            && receipt.get("actionId") == pending.get("actionId")
+            && receipt.get("runtimeEpoch") == pending.get("runtimeEpoch")
+            && receipt.get("actionId").is_some_and(|a| a.is_string());
+        if !matches {
+            return unresolved(json!({"reason": "no_matching_receipt", "answer": answer}));
+        }
+        match tokio::task::spawn_blocking(move || guard.settle(receipt.clone()).map(|s| (s, receipt))).await {
+            Ok(Ok((settlement, receipt))) => ExecOutcome::Json(json!({
+                "ok": true, "command": "device-ownership", "serial": serial, "phase": "idle", "recovered": true,
+                "settlement": settlement, "executionReceipt": receipt,
+            })),
+            Ok(Err(e)) => ExecOutcome::Failed(e),
+            Err(e) => ExecOutcome::Failed(CommandError::new("device_ownership_unavailable", e.to_string())),
+        }
+    }
+
+    /// Runtime stop: queued requests end with `runtime_stopped`; running ones drain.
+    pub fn stop_admission(&self) {
+        self.active.cancel_queued(CancelReason::RuntimeStopped);
+    }
+}
+
+async fn blocking(f: impl FnOnce() -> Result<Value, CommandError> + Send + 'static) -> ExecOutcome {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(Ok(v)) => ExecOutcome::Json(v),
+        Ok(Err(e)) => ExecOutcome::Failed(e),
+        Err(e) => ExecOutcome::Failed(CommandError::new("device_ownership_unavailable", e.to_string())),
+    }
+}
 
 /// Everything one plugin call needs from the runtime.
 pub struct PluginCall<'a> {
@@ -24,16 +353,13 @@ pub struct PluginCall<'a> {
     pub arguments: Value,
     pub cwd: String,
     pub runtime_id: &'a str,
+    pub action_id: String,
     pub request_id: Option<String>,
+    /// The command's configured timeout (the deadline may already be shorter
+    /// because of queue wait).
     pub timeout: Duration,
-    pub cancelled: Arc<AtomicBool>,
-}
-
-/// The effective timeout: `timeoutMs` argument (already validated against the
-/// command's maximum) or the command's default.
-pub fn timeout_of(command: &RegisteredCommand, arguments: &Value) -> Duration {
-    let ms = arguments.get("timeoutMs").and_then(Value::as_u64).unwrap_or(command.spec.default_timeout_ms);
-    Duration::from_millis(ms.clamp(1, command.spec.max_timeout_ms.max(1)))
+    pub deadline: Instant,
+    pub cancel: Cancel,
 }
 
 /// JSON services a plugin may call through `Context::host_call`.
@@ -54,50 +380,109 @@ fn host_service(plugin: String, runtime_id: String) -> impl Fn(&str, &str) -> Re
     }
 }
 
-pub async fn invoke_plugin(call: PluginCall<'_>) -> ExecOutcome {
-    let deadline = Instant::now() + call.timeout;
-    let dispatched = Arc::new(AtomicBool::new(false));
-    let plugin_name = call.plugin.to_string();
-    let log_name = plugin_name.clone();
-    let callbacks = loader::host_callbacks(CallState {
+fn callbacks(plugin: &str, runtime_id: &str, deadline: Instant, cancelled: Arc<AtomicBool>, dispatched: Arc<AtomicBool>) -> aab_plugin_api::abi::HostCallbacksRef {
+    let log_name = plugin.to_string();
+    loader::host_callbacks(CallState {
         deadline,
-        cancelled: call.cancelled.clone(),
-        dispatched: dispatched.clone(),
+        cancelled,
+        dispatched,
         logger: Box::new(move |level, message| tracing::info!(plugin = %log_name, level, "{message}")),
-        service: Box::new(host_service(plugin_name, call.runtime_id.to_string())),
-    });
+        service: Box::new(host_service(plugin.to_string(), runtime_id.to_string())),
+    })
+}
+
+/// Call a plugin hook (e.g. `reconcile`) under a deadline.
+pub async fn call_hook(module: LoadedModule, plugin: &str, method: &str, request: &Value, deadline: Instant, runtime_id: &str) -> Result<Value, CommandError> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let host = callbacks(plugin, runtime_id, deadline, flag.clone(), Arc::new(AtomicBool::new(false)));
+    let method = method.to_string();
+    let body = request.to_string();
+    let handle = tokio::task::spawn_blocking(move || module.call(&method, &body, &host));
+    let raw = match tokio::time::timeout_at(deadline.into(), handle).await {
+        Ok(Ok(raw)) => raw,
+        Ok(Err(e)) => return Err(CommandError::new("plugin_call_failed", e.to_string())),
+        Err(_) => {
+            flag.store(true, Ordering::SeqCst);
+            return Err(CommandError::new("deadline_exceeded", "the provider did not answer in time"));
+        }
+    };
+    let outcome: Outcome = serde_json::from_str(&raw).map_err(|e| CommandError::new("plugin_output_invalid", e.to_string()))?;
+    if outcome.ok {
+        Ok(outcome.value.unwrap_or(Value::Null))
+    } else {
+        let e = outcome.error.unwrap_or_else(|| aab_plugin_api::ProviderError::new("plugin_output_invalid", "failed outcome without an error"));
+        Err(CommandError::new(e.error, e.message))
+    }
+}
+
+pub async fn invoke_plugin(call: PluginCall<'_>) -> ExecOutcome {
+    let dispatched = Arc::new(AtomicBool::new(false));
+    let cancelled_flag = Arc::new(AtomicBool::new(false));
+    let host = callbacks(call.plugin, call.runtime_id, call.deadline, cancelled_flag.clone(), dispatched.clone());
+    let timeout_ms = call.timeout.as_millis() as u64;
     let invocation = Invocation {
         schema: INVOCATION_SCHEMA.into(),
         command: call.command.spec.command.clone(),
         arguments: call.arguments,
-        action_id: crate::ids::uuid_v4(),
+        action_id: call.action_id,
         runtime_epoch: call.runtime_id.to_string(),
         request_id: call.request_id,
         cwd: call.cwd,
-        timeout_ms: call.timeout.as_millis() as u64,
+        timeout_ms,
     };
     let request = serde_json::to_string(&invocation).expect("invocation serialises");
     let module = call.module;
-    let handle = tokio::task::spawn_blocking(move || module.call("invoke", &request, &callbacks));
-    let raw = match tokio::time::timeout_at(deadline.into(), handle).await {
-        Ok(Ok(raw)) => raw,
-        Ok(Err(join)) => {
-            // The SDK contains panics, so this is a host-side failure of the call thread.
-            return ExecOutcome::Failed(after_mark(&dispatched, "plugin_call_failed", format!("plugin call did not complete: {join}")));
-        }
-        Err(_) => {
-            call.cancelled.store(true, Ordering::SeqCst);
+    let mut handle = tokio::task::spawn_blocking(move || module.call("invoke", &request, &host));
+    let marked = || dispatched.load(Ordering::SeqCst);
+
+    let raw = tokio::select! {
+        joined = &mut handle => joined,
+        _ = tokio::time::sleep_until(call.deadline.into()) => {
+            cancelled_flag.store(true, Ordering::SeqCst);
+            let _ = tokio::time::timeout(CANCEL_GRACE, &mut handle).await;
             return ExecOutcome::Failed(after_mark(
-                &dispatched,
+                marked(),
                 "deadline_exceeded",
-                format!("`{}` did not finish within {} ms", invocation.command, call.timeout.as_millis()),
+                format!("`{}` did not finish within its {} ms deadline", invocation.command, timeout_ms),
             ));
         }
+        _ = call.cancel.cancelled() => {
+            // Let the plugin see the flag and close what it opened; it may still
+            // finish (then its real outcome is reported) until the deadline.
+            cancelled_flag.store(true, Ordering::SeqCst);
+            match tokio::time::timeout_at(call.deadline.into(), &mut handle).await {
+                Ok(joined) => match joined {
+                    Ok(raw) => match outcome_from_raw(&raw, marked()) {
+                        ExecOutcome::Failed(e) if e.dispatched == Some(false) => return ExecOutcome::Failed(admission::cancelled_error(&call.cancel, false, "before dispatch")),
+                        ExecOutcome::Failed(_) => return ExecOutcome::Failed(admission::cancelled_error(&call.cancel, true, "after dispatch")),
+                        ok => return ok,
+                    },
+                    Err(_) => return ExecOutcome::Failed(admission::cancelled_error(&call.cancel, marked(), "while running")),
+                },
+                Err(_) => return ExecOutcome::Failed(admission::cancelled_error(&call.cancel, marked(), "while running")),
+            }
+        }
     };
-    let marked = dispatched.load(Ordering::SeqCst);
-    let outcome: Outcome = match serde_json::from_str(&raw) {
+    match raw {
+        Ok(raw) => match outcome_from_raw(&raw, marked()) {
+            // The plugin noticed the expired deadline (remaining 0) a moment before our
+            // timer fired: it is still the deadline that ended the call.
+            ExecOutcome::Failed(e) if Instant::now() >= call.deadline => ExecOutcome::Failed(CommandError {
+                code: "deadline_exceeded".into(),
+                message: format!("`{}` did not finish within its {} ms deadline ({})", invocation.command, timeout_ms, e.message),
+                ..e
+            }),
+            other => other,
+        },
+        // The SDK contains panics, so this is a host-side failure of the call thread.
+        Err(join) => ExecOutcome::Failed(after_mark(marked(), "plugin_call_failed", format!("plugin call did not complete: {join}"))),
+    }
+}
+
+fn outcome_from_raw(raw: &str, marked: bool) -> ExecOutcome {
+    let outcome: Outcome = match serde_json::from_str(raw) {
         Ok(o) => o,
-        Err(e) => return ExecOutcome::Failed(after_mark(&dispatched, "plugin_output_invalid", format!("plugin returned an invalid outcome: {e}"))),
+        Err(e) => return ExecOutcome::Failed(after_mark(marked, "plugin_output_invalid", format!("plugin returned an invalid outcome: {e}"))),
     };
     if outcome.ok {
         return match (outcome.kind.as_deref(), outcome.value) {
@@ -106,16 +491,18 @@ pub async fn invoke_plugin(call: PluginCall<'_>) -> ExecOutcome {
                 let bytes: Option<Vec<u8>> = items.iter().map(|v| v.as_u64().and_then(|n| u8::try_from(n).ok())).collect();
                 match bytes {
                     Some(b) => ExecOutcome::Bytes(b),
-                    None => ExecOutcome::Failed(after_mark(&dispatched, "plugin_output_invalid", "bytes outcome is not a byte array".into())),
+                    None => ExecOutcome::Failed(after_mark(marked, "plugin_output_invalid", "bytes outcome is not a byte array".into())),
                 }
             }
             (Some("json") | None, v) => ExecOutcome::Json(v.unwrap_or(Value::Null)),
-            (kind, _) => ExecOutcome::Failed(after_mark(&dispatched, "plugin_output_invalid", format!("unsupported outcome kind {kind:?}"))),
+            (kind, _) => ExecOutcome::Failed(after_mark(marked, "plugin_output_invalid", format!("unsupported outcome kind {kind:?}"))),
         };
     }
     let e = outcome.error.unwrap_or_else(|| aab_plugin_api::ProviderError::new("plugin_output_invalid", "failed outcome without an error"));
+    // A panic after the mark is as ambiguous as any other failure after it.
     let dispatched_fact = match (e.dispatched, marked) {
         (Some(d), _) => Some(d),
+        (None, true) if e.error == "plugin_panic" => None,
         (None, true) => Some(true),
         (None, false) => Some(false),
     };
@@ -131,6 +518,6 @@ pub async fn invoke_plugin(call: PluginCall<'_>) -> ExecOutcome {
 
 /// An error whose dispatch fact comes from the mark: before it nothing happened;
 /// after it the effect may or may not have happened (unknown, ambiguous).
-fn after_mark(dispatched: &AtomicBool, code: &str, message: String) -> CommandError {
-    if dispatched.load(Ordering::SeqCst) { CommandError::ambiguous(code, message) } else { CommandError::new(code, message) }
+fn after_mark(marked: bool, code: &str, message: String) -> CommandError {
+    if marked { CommandError::ambiguous(code, message) } else { CommandError::new(code, message) }
 }

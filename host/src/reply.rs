@@ -121,6 +121,14 @@ pub fn assemble(command: &str, outcome: ExecOutcome, mut control: Map<String, Va
             }
         }
         (Extract::Regex(_), None, false) => (json!({"status": "skipped"}), None),
+        // Placeholder until script extraction is wired (aab_extract::prepare before
+        // dispatch, aab_extract::run here): fail visibly rather than deliver the
+        // unextracted result as if it had been extracted.
+        (Extract::Script(spec), _, false) => {
+            failure_stage = Some("extraction");
+            let message = "script extraction is not wired into this host build yet";
+            (json!({"status": "failed", "mode": "script", "language": spec.language.name(), "error": "extraction_runtime_unavailable", "message": message}), None)
+        }
     };
 
     let mut body = Map::new();

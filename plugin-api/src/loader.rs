@@ -100,14 +100,19 @@ impl LoadedModule {
     }
 }
 
+/// Receives plugin log lines (level, message).
+pub type LogSink = Box<dyn Fn(u8, &str) + Send + Sync>;
+/// The generic JSON host service: (method, params JSON) → result JSON or error JSON.
+pub type HostService = Box<dyn Fn(&str, &str) -> Result<String, String> + Send + Sync>;
+
 /// Host services behind one plugin call: deadline, cancellation, dispatch mark, log
 /// sink and the generic JSON service. Shared with the caller through `Arc`s.
 pub struct CallState {
     pub deadline: Instant,
     pub cancelled: Arc<AtomicBool>,
     pub dispatched: Arc<AtomicBool>,
-    pub logger: Box<dyn Fn(u8, &str) + Send + Sync>,
-    pub service: Box<dyn Fn(&str, &str) -> Result<String, String> + Send + Sync>,
+    pub logger: LogSink,
+    pub service: HostService,
 }
 
 impl HostCallbacks for CallState {
@@ -115,7 +120,10 @@ impl HostCallbacks for CallState {
         self.cancelled.load(Ordering::SeqCst)
     }
     fn remaining_ms(&self) -> u64 {
-        self.deadline.saturating_duration_since(Instant::now()).as_millis() as u64
+        // Round up: 0 must mean "the deadline has passed", never "less than 1 ms left",
+        // so a plugin that stops at 0 agrees with the host about why it stopped.
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        left.as_micros().div_ceil(1000) as u64
     }
     fn mark_dispatched(&self) {
         self.dispatched.store(true, Ordering::SeqCst)

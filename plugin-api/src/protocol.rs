@@ -80,6 +80,10 @@ pub struct CommandSpec {
     /// run one at a time). Empty = the command's own name (host-wide lane).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub target_key: Vec<String>,
+    /// Optional lane suffix of the admission key, for commands that must not queue
+    /// behind mutations on the same target (e.g. `observation`, `control`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lane: Option<String>,
     /// Argument names identifying the physical device whose ownership journal guards
     /// this command's mutations. Empty = no device ownership.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -4,4 +4,6 @@
 //! from other crates: `cargo build --workspace --all-targets && cargo test -p aab-e2e`.
 
 mod foundation;
+mod pipeline;
 mod plugin_sdk;
+mod web;

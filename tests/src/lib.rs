@@ -27,6 +27,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+pub mod chromium;
+
 /// Environment variable names the host reads (kept from the original contract).
 pub const ENV_RUNTIME_HOME: &str = "AI_APP_BRIDGE_RUNTIME_HOME";
 pub const ENV_FACT_STORE_DIR: &str = "AI_APP_BRIDGE_FACT_STORE_DIR";
@@ -222,6 +224,23 @@ impl TestEnv {
         env.set_env(ENV_PLUGIN_DIR, env.plugins.display().to_string());
         env.set_env(ENV_OWNERSHIP_DIR, env.ownership.display().to_string());
         env
+    }
+
+    /// A second, independent world — its own runtime home, FactStore and plugin
+    /// directory, hence its own runtime process — that shares this env's device
+    /// ownership directory: a second runtime contending for the same devices.
+    /// Install its plugins yourself; its environment starts like a fresh `TestEnv`'s.
+    pub fn sibling_sharing_ownership(&self) -> TestEnv {
+        let mut other = TestEnv::new();
+        other.ownership = self.ownership.clone();
+        other.set_env(ENV_OWNERSHIP_DIR, self.ownership.display().to_string());
+        other
+    }
+
+    /// Path of the ownership journal of device `serial`:
+    /// `<ownership dir>/<sha256hex(serial)>.json`.
+    pub fn journal_path(&self, serial: &str) -> PathBuf {
+        self.ownership.join(format!("{}.json", sha256_hex(serial.as_bytes())))
     }
 
     /// Set (or override) an environment variable for every later process of this test.

@@ -335,6 +335,7 @@ pub(crate) mod tests {
             mutating_operations: Vec::new(),
             execution_schemas: Vec::new(),
             target_key: Vec::new(),
+            lane: None,
             device_key: Vec::new(),
             default_timeout_ms: 5000,
             max_timeout_ms: 30000,

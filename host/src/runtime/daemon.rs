@@ -9,10 +9,10 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use futures_util::{SinkExt, StreamExt};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tokio_util::codec::{Framed, LinesCodec};
@@ -22,15 +22,12 @@ use super::identity::identity;
 use super::lock;
 use super::protocol::{Identity, MAX_FRAME_BYTES, ReplyFrame, RequestFrame, token_matches};
 use crate::builtins;
-use crate::client::PublicReply;
 use crate::config::{Config, ensure_private_dir};
 use crate::digest::DigestCache;
 use crate::error::CommandError;
-use crate::pipeline::{self, PluginCall};
+use crate::ownership::Ownership;
+use crate::pipeline::{ExecutionHost, RuntimeControl};
 use crate::plugins::{Catalog, LoadMode};
-use crate::registry::CommandOrigin;
-use crate::registry::request::parse_public_request;
-use crate::reply::{self, ExecOutcome};
 
 /// Entry of the hidden `aab runtime-daemon` subcommand; returns the exit code.
 pub fn run_daemon() -> i32 {
@@ -60,12 +57,20 @@ struct Runtime {
     started_at_ms: u64,
     identity: Identity,
     config: Config,
-    catalog: Catalog,
+    host: ExecutionHost,
     stopping: AtomicBool,
     stop: Notify,
     active: AtomicUsize,
     idle: Notify,
-    executed: AtomicU64,
+}
+
+impl RuntimeControl for Runtime {
+    fn status(&self) -> Value {
+        status_json(self)
+    }
+    fn begin_stop(&self) {
+        begin_stop(self)
+    }
 }
 
 async fn daemon_main() -> Result<(), CommandError> {
@@ -84,18 +89,19 @@ async fn daemon_main() -> Result<(), CommandError> {
     let identity = identity(&config, &mut cache, &catalog)?;
     let listener = TcpListener::bind("127.0.0.1:0").await.map_err(|e| CommandError::new("runtime_start_failed", format!("cannot listen on 127.0.0.1: {e}")))?;
     let port = listener.local_addr().map_err(|e| CommandError::new("runtime_start_failed", e.to_string()))?.port();
+    let runtime_id = crate::ids::uuid_v4();
+    let ownership = Ownership::new(config.ownership_dir.clone());
     let runtime = Arc::new(Runtime {
-        runtime_id: crate::ids::uuid_v4(),
+        runtime_id: runtime_id.clone(),
         token: crate::ids::token(),
         started_at_ms: crate::ids::now_ms(),
         identity,
         config,
-        catalog,
+        host: ExecutionHost::new(catalog, runtime_id, ownership),
         stopping: AtomicBool::new(false),
         stop: Notify::new(),
         active: AtomicUsize::new(0),
         idle: Notify::new(),
-        executed: AtomicU64::new(0),
     });
     let record = EndpointRecord {
         protocol: PROTOCOL.into(),
@@ -120,8 +126,8 @@ async fn daemon_main() -> Result<(), CommandError> {
                 }
             }
             _ = runtime.stop.notified() => break,
-            _ = sigterm.recv() => { runtime.stopping.store(true, Ordering::SeqCst); break }
-            _ = sigint.recv() => { runtime.stopping.store(true, Ordering::SeqCst); break }
+            _ = sigterm.recv() => { begin_stop(&runtime); break }
+            _ = sigint.recv() => { begin_stop(&runtime); break }
         }
     }
     drop(listener);
@@ -140,11 +146,10 @@ async fn daemon_main() -> Result<(), CommandError> {
 }
 
 fn remove_endpoint_if_ours(path: &Path, runtime_id: &str, facts: &str) {
-    if let Ok(Some(record)) = endpoint::read(path, facts) {
-        if record.runtime_id == runtime_id {
+    if let Ok(Some(record)) = endpoint::read(path, facts)
+        && record.runtime_id == runtime_id {
             let _ = std::fs::remove_file(path);
         }
-    }
 }
 
 fn frame(runtime: &Runtime, result: Result<Value, CommandError>) -> String {
@@ -184,8 +189,18 @@ async fn serve_connection(runtime: Arc<Runtime>, stream: TcpStream) {
             let _ = framed.send(frame(&runtime, Err(CommandError::new("runtime_protocol_error", format!("unsupported protocol `{}`", request.protocol))))).await;
             return;
         }
+        // An execute counts as active until its reply frame is written, so a stop
+        // that drains active work never drops an admitted request's reply.
+        let is_execute = request.method == "execute";
+        if is_execute {
+            runtime.active.fetch_add(1, Ordering::SeqCst);
+        }
         let result = handle(&runtime, request).await;
-        if framed.send(frame(&runtime, result)).await.is_err() {
+        let sent = framed.send(frame(&runtime, result)).await;
+        if is_execute && runtime.active.fetch_sub(1, Ordering::SeqCst) == 1 {
+            runtime.idle.notify_waiters();
+        }
+        if sent.is_err() {
             return;
         }
     }
@@ -227,12 +242,7 @@ async fn handle(runtime: &Arc<Runtime>, request: RequestFrame) -> Result<Value, 
             let Some(public_request) = request.request else {
                 return Err(CommandError::new("runtime_protocol_error", "execute requires `request`"));
             };
-            runtime.active.fetch_add(1, Ordering::SeqCst);
-            let reply = execute(runtime, public_request, cwd).await;
-            runtime.executed.fetch_add(1, Ordering::SeqCst);
-            if runtime.active.fetch_sub(1, Ordering::SeqCst) == 1 {
-                runtime.idle.notify_waiters();
-            }
+            let reply = runtime.host.execute(public_request, cwd, runtime.as_ref()).await;
             Ok(json!({"body": reply.body, "exitCode": reply.exit_code}))
         }
         other => Err(CommandError::new("runtime_access_denied", format!("unknown runtime method `{other}`"))),
@@ -241,12 +251,14 @@ async fn handle(runtime: &Arc<Runtime>, request: RequestFrame) -> Result<Value, 
 
 fn begin_stop(runtime: &Runtime) {
     if !runtime.stopping.swap(true, Ordering::SeqCst) {
+        runtime.host.stop_admission();
         runtime.stop.notify_one();
     }
 }
 
 fn status_json(runtime: &Runtime) -> Value {
     let plugins: Vec<Value> = runtime
+        .host
         .catalog
         .reports
         .iter()
@@ -271,60 +283,8 @@ fn status_json(runtime: &Runtime) -> Value {
         "profile": runtime.config.profile,
         "pluginDir": runtime.config.plugin_dir.display().to_string(),
         "plugins": plugins,
-        "executed": runtime.executed.load(Ordering::SeqCst),
+        "executed": runtime.host.executed.load(Ordering::SeqCst),
         "active": runtime.active.load(Ordering::SeqCst),
         "host": {"version": crate::HOST_VERSION, "executable": std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default()},
     })
-}
-
-fn command_name(request: &Value) -> Option<&str> {
-    request.get("command").and_then(Value::as_str)
-}
-
-/// The ordinary-command pipeline: parse → validate → dispatch → reply. Every
-/// rejection happens before any plugin is called.
-async fn execute(runtime: &Arc<Runtime>, request: Value, cwd: String) -> PublicReply {
-    let parsed = match parse_public_request(&request) {
-        Ok(p) => p,
-        Err(e) => return reply::rejection(command_name(&request), &e),
-    };
-    let arguments = Value::Object(parsed.arguments.clone());
-    let command = match runtime.catalog.registry.validate(&parsed.command, &arguments) {
-        Ok(c) => c,
-        Err(e) => return reply::rejection(Some(&parsed.command), &e),
-    };
-    let outcome = match &command.origin {
-        CommandOrigin::Host => builtin(runtime, &parsed.command, &arguments),
-        CommandOrigin::Plugin { name, .. } => match runtime.catalog.modules.get(name) {
-            None => ExecOutcome::Failed(CommandError::new("plugin_unavailable", format!("plugin `{name}` is not loaded"))),
-            Some(module) => {
-                pipeline::invoke_plugin(PluginCall {
-                    module: *module,
-                    plugin: name,
-                    command,
-                    timeout: pipeline::timeout_of(command, &arguments),
-                    request_id: arguments.get("requestId").and_then(Value::as_str).map(str::to_string),
-                    arguments,
-                    cwd,
-                    runtime_id: &runtime.runtime_id,
-                    cancelled: Arc::new(AtomicBool::new(false)),
-                })
-                .await
-            }
-        },
-    };
-    let mut control = Map::new();
-    control.insert("history".into(), reply::history_unavailable());
-    reply::assemble(&parsed.command, outcome, control, &parsed.extract, parsed.output_max_bytes)
-}
-
-fn builtin(runtime: &Arc<Runtime>, command: &str, arguments: &Value) -> ExecOutcome {
-    match (command, arguments.get("operation").and_then(Value::as_str)) {
-        (builtins::RUNTIME, Some("stop")) => {
-            begin_stop(runtime);
-            ExecOutcome::Json(status_json(runtime))
-        }
-        (builtins::RUNTIME, _) => ExecOutcome::Json(status_json(runtime)),
-        _ => ExecOutcome::Failed(CommandError::new("unknown_command", format!("no host implementation for `{command}`"))),
-    }
 }

@@ -1,25 +1,54 @@
-//! aab provider plugin for the Web SDK (aab.web/v2 WebSocket endpoint).
+//! aab provider plugin for the Web SDK: serves the `aab.web/v2` WebSocket endpoint
+//! that pages embedding `sdk/ai-app-bridge-web.js` connect to, and executes the
+//! `web-*` commands against them (observation, managed actions with completion
+//! receipts, capture windows over the FactStore, execution reconcile).
 //!
-//! The provider is not implemented yet, so the plugin advertises **no commands**:
-//! aab never lists a command that cannot execute. It still loads, reports its name
-//! and platform, and takes part in bundles and fingerprints, so packaging is proven
-//! before the provider lands.
+//! Layout: [`manifest`] (commands and schemas), [`wire`] (protocol shapes),
+//! [`server`] + [`socket`] (HTTP/WebSocket endpoint), [`state`] (sessions and
+//! request routing), [`execution`] (the pending-action table), [`capture`] +
+//! [`facts`] (capture ingress, barriers, FactStore access), [`dom`] (snapshot
+//! checks), [`commands`] (the command implementations), [`sample`] (the bundled
+//! sample app). The endpoint lives on the plugin's own tokio runtime, so it keeps
+//! serving between commands.
+
+// `ProviderError` is the SDK's error type; the provider trait returns it by value.
+#![allow(clippy::result_large_err)]
+
+mod capture;
+mod commands;
+mod dom;
+mod execution;
+mod facts;
+mod ids;
+mod manifest;
+mod sample;
+mod server;
+mod socket;
+mod state;
+mod wire;
+
+use std::sync::Arc;
 
 use aab_plugin_api::{Context, Invocation, Manifest, Provider, ProviderError, Reply};
 
-pub struct PendingProvider;
+pub struct WebProvider {
+    shared: Arc<state::Shared>,
+}
 
-impl Provider for PendingProvider {
-    fn manifest(&self) -> Manifest {
-        let mut m = Manifest::new("web", env!("CARGO_PKG_VERSION"));
-        m.platforms = vec!["web".to_string()];
-        m
-    }
-
-    async fn invoke(&self, _ctx: &Context<'_>, invocation: Invocation) -> Result<Reply, ProviderError> {
-        // Unreachable through the host (no command is advertised); answer honestly anyway.
-        Err(ProviderError::new("unknown_command", format!("plugin `web` implements no command `{}` yet", invocation.command)).not_dispatched())
+impl WebProvider {
+    fn new() -> Self {
+        WebProvider { shared: Arc::new(state::Shared::default()) }
     }
 }
 
-aab_plugin_api::export_provider!(PendingProvider, || PendingProvider);
+impl Provider for WebProvider {
+    fn manifest(&self) -> Manifest {
+        manifest::manifest()
+    }
+
+    async fn invoke(&self, ctx: &Context<'_>, invocation: Invocation) -> Result<Reply, ProviderError> {
+        commands::invoke(&self.shared, ctx, &invocation).await
+    }
+}
+
+aab_plugin_api::export_provider!(WebProvider, WebProvider::new);

@@ -1,0 +1,298 @@
+//! Device ownership journals, generic by physical device key (used by every
+//! provider whose commands declare a `deviceKey`).
+//!
+//! Per device (key = sha256 of the device identifier) the ownership directory holds
+//! `<key>.sqlite` — an OS-held lock (exclusive SQLite transaction, no expiry, never
+//! force-released) — and `<key>.json`, the journal (`aab.device-ownership/v2`). A
+//! mutation's pending action is durable in the journal *before* dispatch (temp file,
+//! fsync, rename, directory fsync). A known outcome clears it into
+//! `lastSettlement`; an unknown outcome leaves the device `unresolved`, which blocks
+//! every later mutation on that device — across processes and restarts — until
+//! `device-ownership reconcile` finds the original action's durable receipt. A
+//! journal that cannot be read is reported (`device_ownership_corrupt`), never
+//! reset.
+
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use crate::error::CommandError;
+use crate::runtime::lock::{self, OwnerLock};
+
+pub const JOURNAL_SCHEMA: &str = "aab.device-ownership/v2";
+pub const MAX_JOURNAL_BYTES: u64 = 4 * 1024 * 1024;
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Journal {
+    pub schema_version: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<String>,
+    pub serial: String,
+    /// owned | unresolved | idle
+    pub phase: String,
+    #[serde(default)]
+    pub owner: Option<Value>,
+    #[serde(default)]
+    pub pending: Option<Value>,
+    #[serde(default)]
+    pub reservations: Vec<Value>,
+    #[serde(default)]
+    pub last_settlement: Option<Value>,
+    #[serde(default)]
+    pub pending_acknowledgements: Vec<Value>,
+    /// Fields of newer or older writers, kept so a read-modify-write is lossless.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl Journal {
+    fn fresh(serial: &str) -> Journal {
+        Journal {
+            schema_version: 2,
+            schema: Some(JOURNAL_SCHEMA.into()),
+            serial: serial.into(),
+            phase: "idle".into(),
+            owner: None,
+            pending: None,
+            reservations: Vec::new(),
+            last_settlement: None,
+            pending_acknowledgements: Vec::new(),
+            extra: Map::new(),
+        }
+    }
+
+    pub fn is_unresolved(&self) -> bool {
+        self.pending.is_some() || !self.reservations.is_empty() || self.phase == "unresolved"
+    }
+}
+
+/// The ownership directory.
+#[derive(Clone, Debug)]
+pub struct Ownership {
+    dir: PathBuf,
+}
+
+/// A device whose lock this process holds for one mutation.
+pub struct ActionGuard {
+    _lock: OwnerLock,
+    path: PathBuf,
+    journal: Journal,
+    pending_id: String,
+}
+
+/// A device locked exclusively for reconciliation.
+pub struct ReconcileGuard {
+    _lock: OwnerLock,
+    path: PathBuf,
+    pub journal: Journal,
+}
+
+fn corrupt(path: &Path, why: impl std::fmt::Display) -> CommandError {
+    CommandError::new("device_ownership_corrupt", format!("ownership journal {} cannot be trusted: {why}; it is left untouched", path.display()))
+        .with_details(json!({"journal": path.display().to_string()}))
+}
+
+fn unavailable(path: &Path, why: impl std::fmt::Display) -> CommandError {
+    CommandError::new("device_ownership_unavailable", format!("ownership journal {} cannot be written: {why}", path.display()))
+        .with_details(json!({"journal": path.display().to_string()}))
+}
+
+/// Read a journal: `Ok(None)` when the device has none yet.
+pub fn read_journal(path: &Path, serial: &str) -> Result<Option<Journal>, CommandError> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(corrupt(path, e)),
+    };
+    if !meta.file_type().is_file() {
+        return Err(corrupt(path, "it is not a regular file"));
+    }
+    if meta.len() > MAX_JOURNAL_BYTES {
+        return Err(corrupt(path, format!("it is larger than {MAX_JOURNAL_BYTES} bytes")));
+    }
+    let bytes = std::fs::read(path).map_err(|e| corrupt(path, e))?;
+    let journal: Journal = serde_json::from_slice(&bytes).map_err(|e| corrupt(path, format!("not a journal: {e}")))?;
+    match journal.schema_version {
+        1 | 2 => {}
+        v => return Err(corrupt(path, format!("unsupported schemaVersion {v}"))),
+    }
+    if journal.serial != serial {
+        return Err(corrupt(path, format!("it belongs to device `{}`", journal.serial)));
+    }
+    if !matches!(journal.phase.as_str(), "owned" | "unresolved" | "idle") {
+        return Err(corrupt(path, format!("unknown phase `{}`", journal.phase)));
+    }
+    if let Some(p) = &journal.pending
+        && (!p.is_object() || p.get("id").and_then(Value::as_str).is_none()) {
+            return Err(corrupt(path, "pending action without an id"));
+        }
+    if journal.pending_acknowledgements.len() > 8 {
+        return Err(corrupt(path, "more than 8 pending acknowledgements"));
+    }
+    Ok(Some(journal))
+}
+
+/// Durable journal write: exclusive temp file, fsync, rename, directory fsync.
+fn write_journal(path: &Path, journal: &Journal) -> Result<(), CommandError> {
+    let mut journal = journal.clone();
+    // A v1 journal is upgraded on its next write.
+    journal.schema_version = 2;
+    journal.schema = Some(JOURNAL_SCHEMA.into());
+    let bytes = serde_json::to_vec(&journal).map_err(|e| unavailable(path, e))?;
+    if bytes.len() as u64 > MAX_JOURNAL_BYTES {
+        return Err(unavailable(path, "the journal would exceed 4 MiB"));
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("journal");
+    let tmp = dir.join(format!("{name}.{}.tmp", crate::ids::uuid_v4()));
+    let result = (|| -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+        f.write_all(&bytes)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    result.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        unavailable(path, e)
+    })
+}
+
+impl Ownership {
+    pub fn new(dir: PathBuf) -> Ownership {
+        Ownership { dir }
+    }
+
+    fn paths(&self, serial: &str) -> (PathBuf, PathBuf) {
+        let key = crate::digest::sha256_hex(serial.as_bytes());
+        (self.dir.join(format!("{key}.sqlite")), self.dir.join(format!("{key}.json")))
+    }
+
+    fn lock(&self, serial: &str) -> Result<(OwnerLock, PathBuf), CommandError> {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&self.dir).map_err(|e| unavailable(&self.dir, e))?;
+        let (lock_path, journal_path) = self.paths(serial);
+        match lock::try_acquire(&lock_path) {
+            Ok(Some(l)) => Ok((l, journal_path)),
+            Ok(None) => Err(CommandError::new("target_busy", format!("device `{serial}` is being changed by another action or process"))
+                .with_details(json!({"serial": serial, "active": 1}))),
+            Err(e) => Err(CommandError::new("device_ownership_unavailable", e.message)),
+        }
+    }
+
+    /// Take the device for one mutation and record the pending action durably.
+    pub fn begin(&self, serial: &str, mut pending: Map<String, Value>) -> Result<ActionGuard, CommandError> {
+        let (lock, path) = self.lock(serial)?;
+        let mut journal = read_journal(&path, serial)?.unwrap_or_else(|| Journal::fresh(serial));
+        if journal.is_unresolved() {
+            return Err(unresolved_error(serial, &journal));
+        }
+        let pending_id = crate::ids::uuid_v4();
+        pending.insert("id".into(), Value::String(pending_id.clone()));
+        pending.insert("preparedAtMs".into(), json!(crate::ids::now_ms()));
+        journal.phase = "owned".into();
+        journal.owner = Some(json!({"id": crate::ids::uuid_v4(), "pid": std::process::id(), "acquiredAtMs": crate::ids::now_ms()}));
+        journal.pending = Some(Value::Object(pending));
+        write_journal(&path, &journal)?;
+        Ok(ActionGuard { _lock: lock, path, journal, pending_id })
+    }
+
+    pub fn status(&self, serial: &str) -> Result<Value, CommandError> {
+        let (lock_path, journal_path) = self.paths(serial);
+        let journal = read_journal(&journal_path, serial)?;
+        let active = lock_path.exists() && !lock::is_free(&lock_path).unwrap_or(false);
+        let phase = journal.as_ref().map(|j| if j.is_unresolved() && !active { "unresolved".to_string() } else { j.phase.clone() }).unwrap_or_else(|| "idle".into());
+        Ok(json!({
+            "ok": true,
+            "command": "device-ownership",
+            "serial": serial,
+            "active": if active { 1 } else { 0 },
+            "maxActive": 1,
+            "phase": phase,
+            "ownership": journal,
+        }))
+    }
+
+    /// Take the device exclusively to reconcile it.
+    pub fn begin_reconcile(&self, serial: &str) -> Result<ReconcileGuard, CommandError> {
+        let (lock, path) = self.lock(serial)?;
+        let journal = read_journal(&path, serial)?.unwrap_or_else(|| Journal::fresh(serial));
+        Ok(ReconcileGuard { _lock: lock, path, journal })
+    }
+
+    /// The retained settlement of one action (journal `lastSettlement`).
+    pub fn receipt(&self, serial: &str, runtime_epoch: &str, action_id: &str) -> Result<Value, CommandError> {
+        let (_, journal_path) = self.paths(serial);
+        let journal = read_journal(&journal_path, serial)?;
+        let settlement = journal.as_ref().and_then(|j| j.last_settlement.clone());
+        match settlement {
+            Some(s) if s.get("actionId").and_then(Value::as_str) == Some(action_id) && s.get("runtimeEpoch").and_then(Value::as_str) == Some(runtime_epoch) => {
+                Ok(json!({"ok": true, "command": "device-ownership", "serial": serial, "settlement": s}))
+            }
+            _ => Err(CommandError::new("device_completion_not_retained", format!("no retained completion for action `{action_id}` of runtime `{runtime_epoch}` on device `{serial}`"))
+                .with_details(json!({"serial": serial}))),
+        }
+    }
+}
+
+pub fn unresolved_error(serial: &str, journal: &Journal) -> CommandError {
+    CommandError::new(
+        "device_ownership_unresolved",
+        format!("device `{serial}` has an action whose outcome is unknown; run `device-ownership --operation reconcile --serial {serial}` before changing it again"),
+    )
+    .with_details(json!({"serial": serial, "active": 0, "ownership": journal}))
+}
+
+impl ActionGuard {
+    pub fn pending_id(&self) -> &str {
+        &self.pending_id
+    }
+
+    /// The outcome is known: clear the pending action into `lastSettlement`.
+    pub fn settle(mut self, proof: Value) -> Result<(), CommandError> {
+        let pending = self.journal.pending.take().unwrap_or(Value::Null);
+        self.journal.last_settlement = Some(settlement(&pending, &self.pending_id, proof));
+        self.journal.phase = "idle".into();
+        self.journal.owner = None;
+        write_journal(&self.path, &self.journal)
+    }
+
+    /// The outcome is unknown: keep the pending action and block the device.
+    pub fn leave_unresolved(mut self, reason: Value) -> Result<(), CommandError> {
+        if let Some(Value::Object(p)) = &mut self.journal.pending {
+            p.insert("unresolved".into(), json!({"atMs": crate::ids::now_ms(), "reason": reason}));
+        }
+        self.journal.phase = "unresolved".into();
+        self.journal.owner = None;
+        write_journal(&self.path, &self.journal)
+    }
+}
+
+fn settlement(pending: &Value, pending_id: &str, proof: Value) -> Value {
+    json!({
+        "pendingId": pending_id,
+        "actionId": pending.get("actionId").cloned().unwrap_or(Value::Null),
+        "runtimeEpoch": pending.get("runtimeEpoch").cloned().unwrap_or(Value::Null),
+        "command": pending.get("command").cloned().unwrap_or(Value::Null),
+        "settledAtMs": crate::ids::now_ms(),
+        "proof": proof,
+    })
+}
+
+impl ReconcileGuard {
+    /// Settle the pending action with the provider's durable receipt.
+    pub fn settle(mut self, receipt: Value) -> Result<Value, CommandError> {
+        let pending = self.journal.pending.take().unwrap_or(Value::Null);
+        let pending_id = pending.get("id").and_then(Value::as_str).unwrap_or_default().to_string();
+        let s = settlement(&pending, &pending_id, json!({"source": "reconcile", "receipt": receipt}));
+        self.journal.last_settlement = Some(s.clone());
+        self.journal.phase = "idle".into();
+        self.journal.owner = None;
+        write_journal(&self.path, &self.journal)?;
+        Ok(s)
+    }
+}

@@ -1,0 +1,1373 @@
+/*
+ * aab Web SDK — connects a page to the aab Web provider over `aab.web/v2`.
+ *
+ * Plain JavaScript, no build step: load it with a <script> tag (it defines
+ * `window.AiAppBridgeWeb`) or require() it. One call does everything:
+ *
+ *   const bridge = AiAppBridgeWeb.createAiAppBridge({ endpoint, token, appName });
+ *   bridge.start();
+ *
+ * What it owns, page side: the WebSocket client (hello, binding echo, reconnect
+ * with backoff), the DOM snapshot renderer (per-document element identity), the
+ * action executor (one action at a time, identity/geometry/occlusion rechecked in
+ * the final turn, completions kept in localStorage until the host acknowledges
+ * them), and capture (console, errors, fetch, XHR, UI events, app records) with
+ * per-stream sequences, a bounded queue and capture barriers.
+ *
+ * Password-like values never leave the page: snapshots, input receipts and UI
+ * events report only that a value is sensitive and its length.
+ */
+(function (root, factory) {
+  'use strict';
+  var api = factory(root);
+  if (typeof module === 'object' && module && module.exports) module.exports = api;
+  if (root) root.AiAppBridgeWeb = api;
+})(typeof globalThis !== 'undefined' ? globalThis : this, function (root) {
+  'use strict';
+
+  var PROTOCOL = 'aab.web/v2';
+  var EXECUTION_SCHEMA = 'aab.web-execution/v1';
+  var DOM_TARGET_SCHEMA = 'aab.web-dom-target/v1';
+  var CAPTURE_SCHEMA = 'aab.web-capture/v1';
+  var TARGET_ID = 'main';
+  var SESSION_STORAGE_KEY = 'ai_app_bridge_web_session_id';
+  var JOURNAL_PREFIX = 'ai_app_bridge_web_journal:';
+
+  var LIMITS = {
+    message: 256 * 1024,
+    record: 124 * 1024,
+    queueRecords: 100,
+    queueBytes: 1024 * 1024,
+    queueTtlMs: 60000,
+    inflightRecords: 1000,
+    inflightBytes: 4 * 1024 * 1024,
+    completion: 64 * 1024,
+    bodyText: 20000,
+    maxControls: 1000,
+    defaultControls: 200,
+    text: 300,
+    href: 500,
+    value: 300,
+    scan: 1000,
+    body: 12000,
+    logMessage: 4000,
+    actions: 128,
+    stateProviders: 128,
+    uiBatchMs: 250,
+    uiBatchEvents: 200,
+    candidates: 10
+  };
+
+  var CONTROL_QUERY = 'a,button,input,textarea,select,[contenteditable="true"],[role],[onclick],[aria-label]';
+  var TEXT_INPUT_TYPES = ['text', 'search', 'url', 'tel', 'email', 'password', 'number'];
+  var SENSITIVE = /password|passwd|pwd|passcode|one-time-code|cc-number|cc-csc/i;
+  var CHECKABLE_ROLES = ['checkbox', 'menuitemcheckbox', 'radio', 'menuitemradio', 'switch', 'option', 'treeitem'];
+  var MIXED_IS_FALSE = ['radio', 'menuitemradio', 'switch'];
+
+  // ------------------------------------------------------------------ utilities
+
+  function now() { return Date.now(); }
+
+  function hex(bytes) {
+    var out = '';
+    for (var i = 0; i < bytes.length; i++) out += (bytes[i] < 16 ? '0' : '') + bytes[i].toString(16);
+    return out;
+  }
+
+  function randomHex32() {
+    var b = new Uint8Array(16);
+    if (root.crypto && root.crypto.getRandomValues) root.crypto.getRandomValues(b);
+    else for (var i = 0; i < 16; i++) b[i] = Math.floor(Math.random() * 256);
+    return hex(b);
+  }
+
+  function clip(s, max) {
+    s = s == null ? '' : String(s);
+    return s.length > max ? s.slice(0, max) : s;
+  }
+
+  function collapse(s) { return String(s == null ? '' : s).replace(/\s+/g, ' ').trim(); }
+
+  function byteLength(s) {
+    if (typeof TextEncoder !== 'undefined') return new TextEncoder().encode(s).length;
+    return unescape(encodeURIComponent(s)).length;
+  }
+
+  function safeStringify(v) {
+    var seen = typeof WeakSet !== 'undefined' ? new WeakSet() : null;
+    try {
+      return JSON.stringify(v, function (k, x) {
+        if (typeof x === 'bigint') return String(x);
+        if (typeof x === 'function') return '[function]';
+        if (x && typeof x === 'object') {
+          if (seen) { if (seen.has(x)) return '[circular]'; seen.add(x); }
+          if (typeof Element !== 'undefined' && x instanceof Element) return '<' + x.tagName.toLowerCase() + '>';
+          if (x instanceof Error) return { name: x.name, message: x.message, stack: clip(x.stack, 2000) };
+        }
+        return x;
+      });
+    } catch (e) { return '"[unserialisable]"'; }
+  }
+
+  function formatArgs(args) {
+    var parts = [];
+    for (var i = 0; i < args.length; i++) {
+      var a = args[i];
+      parts.push(typeof a === 'string' ? a : (a instanceof Error ? (a.name + ': ' + a.message) : safeStringify(a)));
+    }
+    return clip(parts.join(' '), LIMITS.logMessage);
+  }
+
+  function jsonClone(v) {
+    try { return JSON.parse(safeStringify(v === undefined ? null : v)); } catch (e) { return null; }
+  }
+
+  function sameJson(a, b) { return safeStringify(a) === safeStringify(b); }
+
+  function storage(kind) {
+    try { var s = root[kind]; var k = '__aab_probe__'; s.setItem(k, '1'); s.removeItem(k); return s; } catch (e) { return null; }
+  }
+
+  function currentRoute() {
+    try { return clip(location.pathname + location.search + location.hash, 4096); } catch (e) { return ''; }
+  }
+
+  function currentUrl() { try { return location.href; } catch (e) { return ''; } }
+
+  // ------------------------------------------------------------------ document identity
+  // One identity state per document, shared by every bridge instance: element ids
+  // (`e<n>`, tied to the node through a WeakMap) and the navigation id, which
+  // changes on every history transition so earlier observations become stale.
+
+  var doc = root.__aabWebDocumentV2;
+  if (!doc && typeof document !== 'undefined') {
+    doc = { seq: 0, ids: new WeakMap(), nodes: new Map(), navigationId: randomHex32(), listeners: [] };
+    try { Object.defineProperty(root, '__aabWebDocumentV2', { value: doc, enumerable: false }); } catch (e) { root.__aabWebDocumentV2 = doc; }
+    var bump = function (reason) {
+      doc.navigationId = randomHex32();
+      for (var i = 0; i < doc.listeners.length; i++) { try { doc.listeners[i](reason); } catch (e) { /* a listener's failure must not break navigation */ } }
+    };
+    ['pushState', 'replaceState'].forEach(function (name) {
+      var original = history[name];
+      if (typeof original !== 'function') return;
+      history[name] = function () {
+        var r = original.apply(this, arguments);
+        bump(name);
+        return r;
+      };
+    });
+    ['popstate', 'hashchange', 'pageshow', 'pagehide'].forEach(function (type) {
+      root.addEventListener(type, function () { bump(type); }, true);
+    });
+  }
+
+  function elementIdOf(el) {
+    var id = doc.ids.get(el);
+    if (!id) {
+      doc.seq += 1;
+      id = 'e' + doc.seq;
+      doc.ids.set(el, id);
+      doc.nodes.set(id, typeof WeakRef !== 'undefined' ? new WeakRef(el) : { deref: function () { return el; } });
+    }
+    return id;
+  }
+
+  function elementById(id) {
+    var ref = doc.nodes.get(id);
+    var el = ref && ref.deref();
+    if (!el) { doc.nodes.delete(id); return null; }
+    return el.isConnected ? el : null;
+  }
+
+  // ------------------------------------------------------------------ element description
+
+  function tagOf(el) { return el.tagName ? el.tagName.toLowerCase() : ''; }
+
+  function attr(el, name) { var v = el.getAttribute && el.getAttribute(name); return v == null ? null : v; }
+
+  function isSensitive(el) {
+    if (tagOf(el) !== 'input' && tagOf(el) !== 'textarea') return false;
+    var t = (attr(el, 'type') || '').toLowerCase();
+    if (t === 'password') return true;
+    return SENSITIVE.test(attr(el, 'id') || '') || SENSITIVE.test(attr(el, 'name') || '') || SENSITIVE.test(attr(el, 'autocomplete') || '');
+  }
+
+  function implicitRole(el) {
+    var tag = tagOf(el);
+    var type = (attr(el, 'type') || 'text').toLowerCase();
+    if (tag === 'button') return 'button';
+    if (tag === 'a' && el.hasAttribute('href')) return 'link';
+    if (tag === 'select') return el.multiple ? 'listbox' : 'combobox';
+    if (tag === 'textarea') return 'textbox';
+    if (tag === 'input') {
+      if (type === 'checkbox') return 'checkbox';
+      if (type === 'radio') return 'radio';
+      if (type === 'button' || type === 'submit' || type === 'reset' || type === 'image') return 'button';
+      if (type === 'range') return 'slider';
+      if (type === 'search') return 'searchbox';
+      if (TEXT_INPUT_TYPES.indexOf(type) >= 0) return type === 'number' ? 'spinbutton' : 'textbox';
+    }
+    return null;
+  }
+
+  function roleOf(el) { return attr(el, 'role') || implicitRole(el); }
+
+  function labelText(el) {
+    try {
+      if (el.labels && el.labels.length) {
+        var label = el.labels[0];
+        var text = collapse(label.innerText || label.textContent);
+        // A wrapping label also contains the control's own text (select options).
+        var own = label.contains(el) ? collapse(el.innerText || el.textContent) : '';
+        if (own && text.indexOf(own) >= 0) text = collapse(text.replace(own, ' '));
+        return text;
+      }
+    } catch (e) { /* detached labels */ }
+    return '';
+  }
+
+  function isTextEntry(el) {
+    var tag = tagOf(el);
+    if (tag === 'textarea') return true;
+    if (tag === 'input') return TEXT_INPUT_TYPES.indexOf((attr(el, 'type') || 'text').toLowerCase()) >= 0;
+    return !!el.isContentEditable;
+  }
+
+  // Text is part of element identity, so it must not follow what the user types:
+  // text-entry controls are named by their label, never by their value.
+  function textOf(el) {
+    var tag = tagOf(el);
+    if (isSensitive(el)) return clip(attr(el, 'aria-label') || attr(el, 'placeholder') || '', LIMITS.text);
+    if (tag === 'input') {
+      var type = (attr(el, 'type') || 'text').toLowerCase();
+      if (type === 'button' || type === 'submit' || type === 'reset') return clip(collapse(el.value), LIMITS.text);
+      return clip(labelText(el), LIMITS.text);
+    }
+    if (tag === 'textarea' || tag === 'select' || el.isContentEditable) return clip(labelText(el) || attr(el, 'aria-label') || '', LIMITS.text);
+    return clip(collapse(el.innerText != null ? el.innerText : el.textContent), LIMITS.text);
+  }
+
+  function isDisabled(el) {
+    try {
+      if (el.disabled === true) return true;
+      if (el.matches && el.matches(':disabled')) return true;
+      if (attr(el, 'aria-disabled') === 'true') return true;
+      if (el.closest && el.closest('[inert]')) return true;
+    } catch (e) { /* exotic elements */ }
+    return false;
+  }
+
+  function isVisible(el) {
+    if (!el.isConnected) return false;
+    var rect = el.getBoundingClientRect();
+    if (rect.width <= 0 || rect.height <= 0) return false;
+    if (typeof el.checkVisibility === 'function') {
+      return el.checkVisibility({ opacityProperty: true, visibilityProperty: true, contentVisibilityAuto: true });
+    }
+    for (var n = el; n && n.nodeType === 1; n = n.parentElement) {
+      var s = getComputedStyle(n);
+      if (s.display === 'none' || s.visibility === 'hidden' || s.visibility === 'collapse' || parseFloat(s.opacity) === 0) return false;
+    }
+    return true;
+  }
+
+  function isEditable(el) {
+    if (isDisabled(el)) return false;
+    if (el.isContentEditable) return true;
+    if (!isTextEntry(el)) return false;
+    return !el.readOnly;
+  }
+
+  function checkedOf(el) {
+    var tag = tagOf(el);
+    var type = (attr(el, 'type') || '').toLowerCase();
+    if (tag === 'input' && (type === 'checkbox' || type === 'radio')) {
+      if (type === 'checkbox' && el.indeterminate) return 'mixed';
+      return !!el.checked;
+    }
+    var role = attr(el, 'role');
+    if (!role || CHECKABLE_ROLES.indexOf(role) < 0) return null;
+    var raw = attr(el, 'aria-checked');
+    if (raw === 'true') return true;
+    if (raw === 'false') return false;
+    if (raw === 'mixed') return MIXED_IS_FALSE.indexOf(role) >= 0 ? false : 'mixed';
+    return null;
+  }
+
+  function rectOf(el) {
+    var r = el.getBoundingClientRect();
+    return { x: Math.round(r.left * 10) / 10, y: Math.round(r.top * 10) / 10, width: Math.round(r.width * 10) / 10, height: Math.round(r.height * 10) / 10 };
+  }
+
+  function hitOf(hit) {
+    if (!hit) return null;
+    var id = hit.id || null;
+    return { tag: tagOf(hit), id: id, elementId: doc.ids.get(hit) || null, text: clip(collapse(hit.innerText || hit.textContent), 80) };
+  }
+
+  // Interaction readiness: hidden / disabled / outside-viewport, else the element at
+  // the clipped centre decides between ready and obscured.
+  function interactionOf(el, visible, disabled) {
+    if (!visible) return { status: 'hidden' };
+    if (disabled) return { status: 'disabled' };
+    var r = el.getBoundingClientRect();
+    var vw = root.innerWidth || document.documentElement.clientWidth;
+    var vh = root.innerHeight || document.documentElement.clientHeight;
+    var left = Math.max(r.left, 0), right = Math.min(r.right, vw), top = Math.max(r.top, 0), bottom = Math.min(r.bottom, vh);
+    if (right <= left || bottom <= top) return { status: 'outside-viewport' };
+    var point = { x: Math.round((left + right) / 2), y: Math.round((top + bottom) / 2) };
+    var hit = document.elementFromPoint(point.x, point.y);
+    if (hit && (hit === el || el.contains(hit))) return { status: 'ready', point: point };
+    return { status: 'obscured', point: point, hit: hitOf(hit) };
+  }
+
+  function identityOf(el) {
+    return {
+      elementId: elementIdOf(el),
+      tag: tagOf(el),
+      id: attr(el, 'id'),
+      name: attr(el, 'name'),
+      type: attr(el, 'type'),
+      role: roleOf(el),
+      ariaLabel: attr(el, 'aria-label'),
+      placeholder: attr(el, 'placeholder'),
+      href: attr(el, 'href') == null ? null : clip(attr(el, 'href'), LIMITS.href),
+      text: textOf(el)
+    };
+  }
+
+  function describe(el, index) {
+    var c = identityOf(el);
+    var visible = isVisible(el);
+    var disabled = isDisabled(el);
+    var sensitive = isSensitive(el);
+    c.index = index;
+    c.sensitive = sensitive;
+    if (sensitive) c.valueLength = String(el.value || '').length;
+    else if (tagOf(el) === 'input' || tagOf(el) === 'textarea' || tagOf(el) === 'select') {
+      var type = (attr(el, 'type') || '').toLowerCase();
+      if (type !== 'checkbox' && type !== 'radio' && type !== 'file') c.value = clip(el.value, LIMITS.value);
+    }
+    c.disabled = disabled;
+    c.visible = visible;
+    c.editable = isEditable(el);
+    c.checked = checkedOf(el);
+    c.ariaChecked = attr(el, 'aria-checked');
+    c.interaction = interactionOf(el, visible, disabled);
+    c.bounds = rectOf(el);
+    return c;
+  }
+
+  // ------------------------------------------------------------------ the bridge
+
+  function createAiAppBridge(options) {
+    options = options || {};
+    if (!options.endpoint) throw new Error('createAiAppBridge: `endpoint` is required');
+    var WS = options.WebSocket || root.WebSocket;
+    var capture = options.capture || {};
+    var want = function (k) { return capture[k] !== false; };
+    var session = storage('sessionStorage');
+    var local = storage('localStorage');
+    var storageKey = options.storageKey || SESSION_STORAGE_KEY;
+    var sessionId = options.sessionId || (session && session.getItem(storageKey)) || randomHex32();
+    if (session && !options.sessionId) { try { session.setItem(storageKey, sessionId); } catch (e) { /* private mode */ } }
+    var runtimeEpoch = randomHex32();
+    var appName = clip(options.appName || (typeof document !== 'undefined' && document.title) || 'web-app', 1024) || 'web-app';
+    var reconnect = options.reconnect !== false;
+
+    var state = {
+      started: false,
+      stopped: false,
+      socket: null,
+      binding: null,
+      status: 'idle',
+      lastError: null,
+      attempts: 0,
+      timer: null,
+      delayMs: 1000,
+      connectedAtMs: null,
+      seq: { logs: 0, network: 0, state: 0, events: 0 },
+      losses: { logs: 0, network: 0, state: 0, events: 0 },
+      rejected: 0,
+      queue: [],
+      queueBytes: 0,
+      inflight: new Map(),
+      inflightBytes: 0,
+      completions: new Map(),
+      active: null,
+      actions: new Map(),
+      stateProviders: new Map(),
+      pendingRequests: 0,
+      ui: [],
+      uiTimer: null,
+      mutations: 0,
+      mutationTimer: null,
+      currentAction: null
+    };
+
+    var journalKey = JOURNAL_PREFIX + sessionId;
+
+    function journalRead() {
+      if (!local) return {};
+      try { return JSON.parse(local.getItem(journalKey) || '{}') || {}; } catch (e) { return {}; }
+    }
+    function journalWrite(j) {
+      if (!local) return;
+      try {
+        if (Object.keys(j).length) local.setItem(journalKey, JSON.stringify(j)); else local.removeItem(journalKey);
+      } catch (e) { /* quota: the in-memory copy still resends while this document lives */ }
+    }
+    function journalPut(actionId, entry) { var j = journalRead(); j[actionId] = entry; journalWrite(j); }
+    function journalDrop(actionId) { var j = journalRead(); delete j[actionId]; journalWrite(j); }
+
+    function pageRef() {
+      return { schemaVersion: DOM_TARGET_SCHEMA, sessionId: sessionId, runtimeEpoch: runtimeEpoch, targetId: TARGET_ID, navigationId: doc.navigationId, url: currentUrl() };
+    }
+
+    function target() { return { sessionId: sessionId, runtimeEpoch: runtimeEpoch, targetId: TARGET_ID }; }
+
+    // -------------------------------------------------------------- transport
+
+    function rawSend(obj) {
+      var s = state.socket;
+      if (!s || s.readyState !== 1 || !state.binding) return false;
+      obj.binding = state.binding;
+      var text = JSON.stringify(obj);
+      if (byteLength(text) > LIMITS.message) return false;
+      try { s.send(text); return true; } catch (e) { return false; }
+    }
+
+    function connect() {
+      if (state.stopped || state.socket) return;
+      var url = options.endpoint + (options.endpoint.indexOf('?') >= 0 ? '&' : '?') + 'token=' + encodeURIComponent(options.token || '');
+      var s;
+      try { s = new WS(url); } catch (e) { state.lastError = String(e && e.message || e); schedule(); return; }
+      state.socket = s;
+      state.status = 'connecting';
+      // The host's refusal code (from its `error` frame), and whether to stay away.
+      var rejected = null;
+      var noRetry = false;
+      s.onopen = function () {
+        s.send(JSON.stringify({
+          type: 'hello', schemaVersion: PROTOCOL, sessionId: sessionId, runtimeEpoch: runtimeEpoch, targetId: TARGET_ID,
+          executionSchema: EXECUTION_SCHEMA, domTargetSchema: DOM_TARGET_SCHEMA, captureSchema: CAPTURE_SCHEMA,
+          appName: appName, url: clip(currentUrl(), 4096), origin: clip(location.origin, 1024), route: currentRoute()
+        }));
+      };
+      s.onmessage = function (ev) {
+        var msg;
+        try { msg = JSON.parse(ev.data); } catch (e) { return; }
+        if (!msg || typeof msg !== 'object') return;
+        if (msg.type === 'error') { rejected = msg.error; state.lastError = msg.error + ': ' + (msg.message || ''); return; }
+        if (msg.type === 'helloAck') {
+          if (msg.ok !== true || !msg.binding) return;
+          state.binding = msg.binding;
+          state.status = 'connected';
+          state.connectedAtMs = now();
+          state.attempts = 0;
+          state.delayMs = 1000;
+          onConnected();
+          return;
+        }
+        if (!state.binding || !sameJson(msg.binding, state.binding)) {
+          // A frame for another binding: this connection can no longer be trusted.
+          state.lastError = 'web_binding_mismatch';
+          noRetry = true;
+          try { s.close(1000, 'web_binding_mismatch'); } catch (e) { /* already closing */ }
+          return;
+        }
+        onMessage(msg);
+      };
+      s.onclose = function (ev) {
+        if (state.socket === s) state.socket = null;
+        state.binding = null;
+        requeueInflight();
+        if (state.stopped) { state.status = 'stopped'; return; }
+        // 1008 is a policy refusal: do not hammer the host, except when the session
+        // is merely still held by this page's previous socket.
+        if (noRetry || (ev.code === 1008 && rejected !== 'web_session_busy')) { state.status = 'rejected'; state.lastError = state.lastError || 'closed with 1008'; return; }
+        state.status = 'disconnected';
+        schedule();
+      };
+      s.onerror = function () { state.lastError = state.lastError || 'socket error'; };
+    }
+
+    function schedule() {
+      if (!reconnect || state.stopped || state.timer) return;
+      var delay = state.delayMs;
+      state.delayMs = Math.min(state.delayMs * 2, 30000);
+      state.attempts += 1;
+      state.timer = setTimeout(function () { state.timer = null; connect(); }, delay);
+    }
+
+    function onConnected() {
+      // Completions first: the host is waiting to settle those actions.
+      state.completions.forEach(function (result) { rawSend({ type: 'completion', result: result }); });
+      pump();
+    }
+
+    function onMessage(msg) {
+      switch (msg.type) {
+        case 'captureAck': return onCaptureAck(msg);
+        case 'completionAck': return onCompletionAck(msg);
+        case 'read': return onRead(msg);
+        case 'command': return onCommand(msg);
+        case 'cancel': return onCancel(msg);
+        default: return undefined;
+      }
+    }
+
+    function respond(requestId, result) { rawSend({ type: 'response', requestId: requestId, result: result }); }
+
+    // -------------------------------------------------------------- capture queue
+
+    function enqueue(stream, item, actionId) {
+      if (state.stopped) return null;
+      state.seq[stream] += 1;
+      var record = {
+        type: 'capture', captureId: randomHex32(), stream: stream, sequence: state.seq[stream],
+        actionId: actionId || null, item: item
+      };
+      var text = safeStringify(record);
+      var bytes = byteLength(text);
+      if (bytes > LIMITS.record) { state.losses[stream] += 1; return null; }
+      state.queue.push({ record: record, bytes: bytes, at: now() });
+      state.queueBytes += bytes;
+      while (state.queue.length > LIMITS.queueRecords || state.queueBytes > LIMITS.queueBytes) dropOldest();
+      pump();
+      return record.captureId;
+    }
+
+    function dropOldest() {
+      var e = state.queue.shift();
+      if (!e) return;
+      state.queueBytes -= e.bytes;
+      state.losses[e.record.stream] += 1;
+    }
+
+    function expire() {
+      var cutoff = now() - LIMITS.queueTtlMs;
+      while (state.queue.length && state.queue[0].at < cutoff) dropOldest();
+    }
+
+    function pump() {
+      expire();
+      while (state.queue.length && state.binding && state.inflight.size < LIMITS.inflightRecords && state.inflightBytes + state.queue[0].bytes <= LIMITS.inflightBytes) {
+        var e = state.queue[0];
+        if (!rawSend(JSON.parse(JSON.stringify(e.record)))) break;
+        state.queue.shift();
+        state.queueBytes -= e.bytes;
+        state.inflight.set(e.record.captureId, e);
+        state.inflightBytes += e.bytes;
+      }
+    }
+
+    // Records sent but not acknowledged go back to the front, in order, to be resent
+    // (same captureId and sequence) on the next connection.
+    function requeueInflight() {
+      var back = [];
+      state.inflight.forEach(function (e) { back.push(e); });
+      back.sort(function (a, b) { return a.at - b.at; });
+      state.inflight.clear();
+      state.inflightBytes = 0;
+      for (var i = back.length - 1; i >= 0; i--) { state.queue.unshift(back[i]); state.queueBytes += back[i].bytes; }
+      while (state.queue.length > LIMITS.queueRecords || state.queueBytes > LIMITS.queueBytes) dropOldest();
+    }
+
+    function onCaptureAck(msg) {
+      var e = state.inflight.get(msg.captureId);
+      if (!e) return;
+      state.inflight.delete(msg.captureId);
+      state.inflightBytes -= e.bytes;
+      if (!msg.receipt || msg.receipt.stored !== true) state.rejected += 1;
+      pump();
+    }
+
+    function baseItem(source, association) {
+      return { source: source, timestampMs: now(), url: clip(currentUrl(), 4096), route: currentRoute(), pageRef: pageRef(), association: association };
+    }
+
+    // Association: explicit when the app names the action, synchronous when the
+    // record is produced inside the SDK's dispatch turn, otherwise unattributed.
+    function associate(explicitActionId) {
+      if (explicitActionId) return { actionId: String(explicitActionId), association: 'explicit' };
+      if (state.currentAction) return { actionId: state.currentAction, association: 'synchronous' };
+      return { actionId: null, association: 'unattributed' };
+    }
+
+    function record(stream, source, fields, explicitActionId) {
+      var a = associate(explicitActionId);
+      var item = baseItem(source, a.association);
+      if (fields && typeof fields === 'object') {
+        var clean = jsonClone(fields) || {};
+        for (var k in clean) if (Object.prototype.hasOwnProperty.call(clean, k) && !(k in item)) item[k] = clean[k];
+      }
+      return enqueue(stream, item, a.actionId);
+    }
+
+    // -------------------------------------------------------------- UI capture
+
+    function uiEvent(type, el, extra) {
+      if (state.stopped) return;
+      var ev = { type: type, timestampMs: now() };
+      if (el && el.nodeType === 1) {
+        ev.target = { elementId: doc.ids.get(el) || null, tag: tagOf(el), id: attr(el, 'id'), name: attr(el, 'name'), text: clip(isSensitive(el) ? '' : textOf(el), 80) };
+        if (isSensitive(el)) ev.target.sensitive = true;
+      }
+      if (extra) for (var k in extra) ev[k] = extra[k];
+      if (state.currentAction) {
+        // Inside the SDK's own dispatch turn: one record carrying the action id.
+        flushUi();
+        record('events', 'ui-auto', { category: 'ui', name: 'batch', events: [ev] });
+        return;
+      }
+      state.ui.push(ev);
+      if (state.ui.length >= LIMITS.uiBatchEvents) flushUi();
+      else if (!state.uiTimer) state.uiTimer = setTimeout(flushUi, LIMITS.uiBatchMs);
+    }
+
+    function flushUi(force) {
+      if (state.uiTimer) { clearTimeout(state.uiTimer); state.uiTimer = null; }
+      if (state.mutations && (state.ui.length || force === true)) {
+        state.ui.push({ type: 'dom.mutation', timestampMs: now(), count: state.mutations, fingerprint: (state.mutations * 2654435761 >>> 0).toString(16) });
+        state.mutations = 0;
+      }
+      if (!state.ui.length) return;
+      var events = state.ui;
+      state.ui = [];
+      var saved = state.currentAction;
+      state.currentAction = null;
+      record('events', 'ui-auto', { category: 'ui', name: 'batch', events: events });
+      state.currentAction = saved;
+    }
+
+    var listeners = [];
+    function listen(target, type, fn, opts) { target.addEventListener(type, fn, opts); listeners.push([target, type, fn, opts]); }
+
+    function installUiCapture() {
+      if (!want('ui') || typeof document === 'undefined') return;
+      listen(document, 'click', function (e) { uiEvent('interaction.click', e.target, { trusted: e.isTrusted }); }, true);
+      listen(document, 'input', function (e) {
+        var el = e.target;
+        uiEvent('interaction.input', el, { valueLength: el && el.value != null ? String(el.value).length : null });
+      }, true);
+      listen(document, 'change', function (e) {
+        var el = e.target;
+        var extra = {};
+        if (el && (el.type === 'checkbox' || el.type === 'radio')) extra.checked = !!el.checked;
+        uiEvent('interaction.change', el, extra);
+      }, true);
+      listen(document, 'focusin', function (e) { uiEvent('interaction.focus', e.target); }, true);
+      if (typeof MutationObserver !== 'undefined') {
+        var mo = new MutationObserver(function (list) {
+          for (var i = 0; i < list.length; i++) {
+            var m = list[i];
+            if (m.type === 'attributes' && m.attributeName === 'open' && tagOf(m.target) === 'dialog') {
+              uiEvent(m.target.hasAttribute('open') ? 'dialog.open' : 'dialog.close', m.target);
+            }
+          }
+          // Mutation counts ride along with the next batch (or barrier) instead of
+          // producing records of their own: an animated page would flood the stream.
+          state.mutations += list.length;
+        });
+        mo.observe(document.documentElement, { childList: true, subtree: true, attributes: true, characterData: true });
+        listeners.push([null, 'mutation', mo]);
+      }
+    }
+
+    var onNavigation = function (reason) {
+      if (state.stopped) return;
+      uiEvent('route.change', null, { reason: reason, route: currentRoute(), navigationId: doc.navigationId });
+    };
+
+    // -------------------------------------------------------------- auto capture
+
+    var hooks = root.__aabWebHooksV2;
+    if (!hooks) {
+      // Wrappers are installed once per document and dispatch to the live bridge, so
+      // stop()/start() and several bridges never stack wrappers.
+      hooks = { bridge: null };
+      try { Object.defineProperty(root, '__aabWebHooksV2', { value: hooks, enumerable: false }); } catch (e) { root.__aabWebHooksV2 = hooks; }
+      installHooks(hooks);
+    }
+
+    function installHooks(h) {
+      if (root.console) {
+        ['debug', 'log', 'info', 'warn', 'error'].forEach(function (level) {
+          var original = root.console[level];
+          if (typeof original !== 'function') return;
+          root.console[level] = function () {
+            var b = h.bridge;
+            if (b && b.want('console') && !b.inside) {
+              b.inside = true;
+              try { b.record('logs', 'console-auto', { level: level, message: formatArgs(arguments) }); } finally { b.inside = false; }
+            }
+            return original.apply(this, arguments);
+          };
+        });
+      }
+      if (root.addEventListener) {
+        root.addEventListener('error', function (e) {
+          var b = h.bridge;
+          if (!b || !b.want('errors')) return;
+          if (e.target && e.target !== root && e.target.nodeType === 1) {
+            b.record('logs', 'error-auto', { level: 'error', message: 'resource failed to load', resource: clip(e.target.src || e.target.href || '', 500), tag: tagOf(e.target) });
+            return;
+          }
+          b.record('logs', 'error-auto', { level: 'error', message: clip(e.message, LIMITS.logMessage), filename: clip(e.filename, 500), lineno: e.lineno, colno: e.colno, stack: clip(e.error && e.error.stack, 4000) });
+        }, true);
+        root.addEventListener('unhandledrejection', function (e) {
+          var b = h.bridge;
+          if (!b || !b.want('errors')) return;
+          var r = e.reason;
+          b.record('logs', 'error-auto', { level: 'error', message: clip('unhandled rejection: ' + (r && r.message ? r.message : formatArgs([r])), LIMITS.logMessage), stack: clip(r && r.stack, 4000) });
+        });
+      }
+      if (typeof root.fetch === 'function') {
+        var originalFetch = root.fetch;
+        root.fetch = function (input, init) {
+          var b = h.bridge;
+          if (!b || !b.want('fetch')) return originalFetch.apply(this, arguments);
+          var method = ((init && init.method) || (input && input.method) || 'GET').toUpperCase();
+          var url = typeof input === 'string' ? input : (input && input.url) || String(input);
+          var started = now();
+          // Identity is fixed when the request starts, never when it ends.
+          var assoc = b.associate(null);
+          var reqBody = b.options.captureRequestBodies ? bodyOf(init && init.body) : { state: 'disabled' };
+          b.requestStarted();
+          var p = originalFetch.apply(this, arguments);
+          return p.then(function (res) {
+            var finish = function (resBody) {
+              b.requestFinished();
+              b.recordNetwork('fetch-auto', assoc, { method: method, url: clip(url, 4096), status: res.status, ok: res.ok, durationMs: now() - started }, reqBody, resBody);
+            };
+            if (b.options.captureResponseBodies) readBody(res.clone()).then(finish, function () { finish({ state: 'unavailable' }); });
+            else finish({ state: 'disabled' });
+            return res;
+          }, function (err) {
+            b.requestFinished();
+            b.recordNetwork('fetch-auto', assoc, { method: method, url: clip(url, 4096), status: 0, ok: false, durationMs: now() - started, error: clip(err && err.message || String(err), 500) }, reqBody, { state: 'unavailable' });
+            throw err;
+          });
+        };
+      }
+      if (typeof root.XMLHttpRequest === 'function') {
+        var proto = root.XMLHttpRequest.prototype;
+        var open = proto.open, send = proto.send;
+        proto.open = function (method, url) {
+          this.__aab = { method: String(method || 'GET').toUpperCase(), url: String(url) };
+          return open.apply(this, arguments);
+        };
+        proto.send = function (body) {
+          var b = h.bridge;
+          var info = this.__aab;
+          if (b && info && b.want('xhr')) {
+            var xhr = this;
+            var started = now();
+            var assoc = b.associate(null);
+            var reqBody = b.options.captureRequestBodies ? bodyOf(body) : { state: 'disabled' };
+            b.requestStarted();
+            xhr.addEventListener('loadend', function () {
+              b.requestFinished();
+              var resBody = { state: 'disabled' };
+              if (b.options.captureResponseBodies) {
+                try { resBody = textBody(typeof xhr.response === 'string' ? xhr.response : (xhr.responseType === '' || xhr.responseType === 'text' ? xhr.responseText : null)); } catch (e) { resBody = { state: 'unsupported-body-type' }; }
+              }
+              b.recordNetwork('xhr-auto', assoc, { method: info.method, url: clip(info.url, 4096), status: xhr.status, ok: xhr.status >= 200 && xhr.status < 300, durationMs: now() - started }, reqBody, resBody);
+            });
+          }
+          return send.apply(this, arguments);
+        };
+      }
+    }
+
+    function textBody(text) {
+      if (text == null) return { state: 'unsupported-body-type' };
+      if (text === '') return { state: 'empty' };
+      if (text.length > LIMITS.body) return { state: 'truncated', body: text.slice(0, LIMITS.body), encoding: 'utf8' };
+      return { state: 'complete', body: text, encoding: 'utf8' };
+    }
+
+    function bodyOf(body) {
+      if (body == null) return { state: 'empty' };
+      if (typeof body === 'string') return textBody(body);
+      if (typeof URLSearchParams !== 'undefined' && body instanceof URLSearchParams) return textBody(body.toString());
+      return { state: 'unsupported-body-type' };
+    }
+
+    function readBody(res) {
+      return new Promise(function (resolve) {
+        var timer = setTimeout(function () { resolve({ state: 'timeout' }); }, 2000);
+        res.text().then(function (t) { clearTimeout(timer); resolve(textBody(t)); }, function () { clearTimeout(timer); resolve({ state: 'unavailable' }); });
+      });
+    }
+
+    function recordNetwork(source, assoc, fields, reqBody, resBody) {
+      var item = baseItem(source, assoc.association);
+      for (var k in fields) item[k] = fields[k];
+      item.requestBodyState = reqBody.state;
+      if (reqBody.body != null) { item.requestBody = reqBody.body; item.requestBodyEncoding = reqBody.encoding; }
+      item.responseBodyState = resBody.state;
+      if (resBody.body != null) { item.responseBody = resBody.body; item.responseBodyEncoding = resBody.encoding; }
+      enqueue('network', item, assoc.actionId);
+    }
+
+    // -------------------------------------------------------------- DOM snapshot
+
+    function snapshotDom(args) {
+      args = args || {};
+      var max = Math.max(1, Math.min(LIMITS.maxControls, args.maxControls | 0 || LIMITS.defaultControls));
+      var list;
+      try { list = document.querySelectorAll(args.selector || CONTROL_QUERY); } catch (e) {
+        return { ok: false, error: 'invalid_web_selector', message: 'invalid CSS selector: ' + String(e && e.message || e), dispatched: false };
+      }
+      var controls = [];
+      for (var i = 0; i < list.length && controls.length < max; i++) controls.push(describe(list[i], i));
+      var body = document.body ? (document.body.innerText || '') : '';
+      var ref = pageRef();
+      var dom = {
+        ok: true,
+        targetSchema: DOM_TARGET_SCHEMA,
+        title: clip(document.title, 1024),
+        url: ref.url,
+        readyState: document.readyState,
+        viewport: { width: root.innerWidth, height: root.innerHeight, scrollX: Math.round(root.scrollX), scrollY: Math.round(root.scrollY) },
+        bodyText: body.length > LIMITS.bodyText ? body.slice(0, LIMITS.bodyText) : body,
+        bodyTextTruncated: body.length > LIMITS.bodyText,
+        controls: controls,
+        controlCount: list.length,
+        truncated: list.length > controls.length,
+        updatedAtMs: now(),
+        pageRef: ref
+      };
+      // Keep the reply inside one message: drop controls from the end until it fits.
+      var budget = LIMITS.message - 4096;
+      var size = byteLength(safeStringify(dom));
+      while (size > budget && dom.controls.length) {
+        var cut = Math.max(1, Math.ceil(dom.controls.length / 10));
+        dom.controls.splice(dom.controls.length - cut, cut);
+        dom.truncated = true;
+        dom.truncatedReason = 'message_limit';
+        size = byteLength(safeStringify(dom));
+      }
+      return dom;
+    }
+
+    // -------------------------------------------------------------- selectors
+
+    function fail(error, message, extra) {
+      var r = { ok: false, error: error, message: message };
+      if (extra) for (var k in extra) r[k] = extra[k];
+      return r;
+    }
+
+    function matchesFilters(el, sel) {
+      if (sel.tag && tagOf(el) !== String(sel.tag).toLowerCase()) return false;
+      if (sel.role && roleOf(el) !== sel.role) return false;
+      return true;
+    }
+
+    function candidate(el) {
+      var c = identityOf(el);
+      c.bounds = rectOf(el);
+      c.interaction = interactionOf(el, isVisible(el), isDisabled(el));
+      return c;
+    }
+
+    // Resolve a typed selector to exactly one visible element.
+    function resolve(sel) {
+      if (!sel || typeof sel !== 'object' || Array.isArray(sel)) return fail('web_selector_required', 'the selector must be an object');
+      var keys = ['elementId', 'text', 'ariaLabel', 'css'].filter(function (k) { return sel[k] != null; });
+      if (keys.length !== 1) return fail('web_selector_required', 'the selector needs exactly one of elementId, text, ariaLabel or css');
+      var all;
+      if (sel.elementId != null) {
+        var el = elementById(String(sel.elementId));
+        all = el ? [el] : [];
+      } else if (sel.css != null) {
+        try { all = Array.prototype.slice.call(document.querySelectorAll(sel.css)); } catch (e) { return fail('invalid_web_selector', 'invalid CSS selector: ' + String(e && e.message || e)); }
+      } else {
+        all = Array.prototype.slice.call(document.querySelectorAll(CONTROL_QUERY));
+      }
+      if (all.length > LIMITS.scan) return fail('web_selector_scan_limit', 'the selector would scan ' + all.length + ' elements (limit ' + LIMITS.scan + '); use elementId from web-dom or a narrower css', { details: { scanned: all.length, limit: LIMITS.scan } });
+      all = all.filter(function (el) { return matchesFilters(el, sel); });
+      if (sel.ariaLabel != null) all = all.filter(function (el) { return attr(el, 'aria-label') === sel.ariaLabel; });
+      if (sel.text != null) {
+        var want = collapse(sel.text);
+        var exact = all.filter(function (el) { return collapse(textOf(el)) === want; });
+        if (exact.length) all = exact;
+        else {
+          var lower = want.toLowerCase();
+          all = all.filter(function (el) { return collapse(textOf(el)).toLowerCase().indexOf(lower) >= 0; });
+        }
+      }
+      var visible = all.filter(isVisible);
+      if (visible.length === 1) return { ok: true, element: visible[0] };
+      if (visible.length > 1) {
+        return fail('web_element_ambiguous', visible.length + ' visible elements match the selector; use one of the candidates\' elementId', {
+          details: { matches: visible.length, candidates: visible.slice(0, LIMITS.candidates).map(candidate) }
+        });
+      }
+      var details = { matches: 0, hiddenMatches: all.length };
+      if (all.length === 1) details.interaction = { status: 'hidden' };
+      return fail('web_element_not_found', all.length ? 'the selector matches only hidden elements' : 'no element matches the selector', { details: details });
+    }
+
+    var IDENTITY_KEYS = ['elementId', 'tag', 'id', 'name', 'type', 'role', 'ariaLabel', 'placeholder', 'href', 'text'];
+
+    function checkPage(expected) {
+      if (!expected || !expected.pageRef) return null;
+      var now = pageRef();
+      var e = expected.pageRef;
+      var same = ['schemaVersion', 'sessionId', 'runtimeEpoch', 'targetId', 'navigationId', 'url'].every(function (k) { return e[k] === now[k]; });
+      if (!same) return fail('reobserve_required', 'the page navigated since the observation; observe it again', { details: { expected: e, current: now } });
+      return null;
+    }
+
+    function checkElement(expected, el) {
+      if (!expected || !expected.element) return null;
+      var actual = identityOf(el);
+      for (var i = 0; i < IDENTITY_KEYS.length; i++) {
+        var k = IDENTITY_KEYS[i];
+        var want = expected.element[k] === undefined ? null : expected.element[k];
+        if (want !== actual[k]) {
+          return fail('web_element_changed', 'the element is not the observed one (' + k + ' differs); observe again', { details: { field: k, expected: expected.element, actual: actual } });
+        }
+      }
+      return null;
+    }
+
+    // Everything that must hold before permission: same page, same element,
+    // visible, enabled, and (for pointer-like actions) ready at its centre.
+    function preflight(args, needsReady) {
+      var p = checkPage(args.expectedTarget);
+      if (p) return p;
+      var r = resolve(args.selector);
+      if (!r.ok) {
+        if (args.expectedTarget && args.selector && args.selector.elementId != null && r.error === 'web_element_not_found' && !(r.details && r.details.hiddenMatches)) {
+          return fail('web_element_changed', 'the observed element is no longer in the document; observe again', { details: { expected: args.expectedTarget.element } });
+        }
+        return r;
+      }
+      var el = r.element;
+      var c = checkElement(args.expectedTarget, el);
+      if (c) return c;
+      var visible = isVisible(el), disabled = isDisabled(el);
+      var interaction = interactionOf(el, visible, disabled);
+      if (disabled) return fail('web_element_disabled', 'the element is disabled', { details: { interaction: interaction, resolved: identityOf(el) } });
+      if (needsReady && interaction.status === 'outside-viewport') return fail('web_element_outside_viewport', 'the element is outside the viewport; scroll it into view first', { details: { interaction: interaction, resolved: identityOf(el) } });
+      if (needsReady && interaction.status === 'obscured') return fail('web_element_obscured', 'another element covers the element\'s centre', { details: { interaction: interaction, resolved: identityOf(el) } });
+      return { ok: true, element: el, geometry: rectOf(el), interaction: interaction, identity: identityOf(el) };
+    }
+
+    // The final turn: re-resolve and compare with the prepared state.
+    function recheck(args, prepared, needsReady) {
+      var again = preflight(args, needsReady);
+      if (!again.ok) return again;
+      if (again.element !== prepared.element) return fail('web_element_changed', 'the selector now resolves to another element', { details: { expected: prepared.identity, actual: again.identity } });
+      if (!sameJson(again.geometry, prepared.geometry)) return fail('web_element_changed', 'the element moved before the action could run', { details: { expected: prepared.geometry, actual: again.geometry } });
+      return again;
+    }
+
+    function resolved(el) { return { pageRef: pageRef(), element: identityOf(el) }; }
+
+    function nextTurn() {
+      return new Promise(function (resolveTurn) {
+        var done = false;
+        var go = function () { if (!done) { done = true; resolveTurn(); } };
+        if (typeof requestAnimationFrame === 'function' && typeof document !== 'undefined' && document.visibilityState === 'visible') requestAnimationFrame(function () { setTimeout(go, 0); });
+        setTimeout(go, 50);
+      });
+    }
+
+    // -------------------------------------------------------------- action executor
+
+    function setNativeValue(el, value) {
+      var proto = tagOf(el) === 'textarea' ? root.HTMLTextAreaElement.prototype : root.HTMLInputElement.prototype;
+      var desc = Object.getOwnPropertyDescriptor(proto, 'value');
+      if (desc && desc.set) desc.set.call(el, value); else el.value = value;
+    }
+
+    // Each executor returns {ok:false,...} before permission (nothing happened) or
+    // calls permit() and returns the outcome of the effect.
+    var executors = {
+      click: function (args, ctx) {
+        var prepared = preflight(args, true);
+        if (!prepared.ok) return prepared;
+        return nextTurn().then(function () {
+          var fin = ctx.final(function () { return recheck(args, prepared, true); });
+          if (!fin.ok) return fin;
+          ctx.permit();
+          fin.element.click();
+          return { ok: true, resolved: resolved(fin.element), interaction: fin.interaction };
+        });
+      },
+      input: function (args, ctx) {
+        if (typeof args.value !== 'string') return fail('invalid_web_input_value', '`value` must be a string');
+        var prepared = preflight(args, true);
+        if (!prepared.ok) return prepared;
+        var el = prepared.element;
+        if (!isEditable(el)) return fail('web_element_not_editable', 'the element does not accept text', { details: { resolved: identityOf(el) } });
+        return nextTurn().then(function () {
+          var fin = ctx.final(function () {
+            var f = recheck(args, prepared, true);
+            if (!f.ok) return f;
+            // Focus handlers may rewrite the page: check again after them.
+            if (document.activeElement !== f.element) { try { f.element.focus({ preventScroll: true }); } catch (e) { f.element.focus(); } }
+            return recheck(args, prepared, true);
+          });
+          if (!fin.ok) return fin;
+          var target = fin.element;
+          ctx.permit();
+          var sensitive = isSensitive(target);
+          if (target.isContentEditable) {
+            var sel = root.getSelection && root.getSelection();
+            var done = false;
+            if (sel && document.createRange && document.execCommand) {
+              var range = document.createRange();
+              range.selectNodeContents(target);
+              sel.removeAllRanges();
+              sel.addRange(range);
+              done = args.value === '' ? document.execCommand('delete', false) : document.execCommand('insertText', false, args.value);
+            }
+            if (!done) { target.textContent = args.value; target.dispatchEvent(new Event('input', { bubbles: true })); }
+            var text = target.innerText.replace(/\n$/, '');
+            if (text !== args.value) return fail('web_input_rejected', 'the editor did not take the value', { dispatched: true, resolved: resolved(target) });
+            return { ok: true, resolved: resolved(target), sensitive: sensitive, valueLength: args.value.length, value: sensitive ? undefined : args.value };
+          }
+          setNativeValue(target, args.value);
+          target.dispatchEvent(new Event('input', { bubbles: true }));
+          target.dispatchEvent(new Event('change', { bubbles: true }));
+          if (String(target.value) !== args.value) {
+            return fail('web_input_rejected', 'the control did not keep the value (type, maxlength or a handler changed it)', { dispatched: true, resolved: resolved(target), valueLength: String(target.value).length });
+          }
+          var out = { ok: true, resolved: resolved(target), sensitive: sensitive, valueLength: args.value.length };
+          if (!sensitive) out.value = args.value;
+          return out;
+        });
+      },
+      key: function (args, ctx) {
+        if (args.key !== 'Enter' && args.key !== 'Escape') return fail('invalid_web_key', '`key` must be Enter or Escape');
+        var prepared = preflight(args, false);
+        if (!prepared.ok) return prepared;
+        return nextTurn().then(function () {
+          var fin = ctx.final(function () { return recheck(args, prepared, false); });
+          if (!fin.ok) return fin;
+          ctx.permit();
+          var ev = new KeyboardEvent('keydown', { key: args.key, code: args.key, bubbles: true, cancelable: true, composed: true });
+          var notPrevented = fin.element.dispatchEvent(ev);
+          return { ok: true, resolved: resolved(fin.element), key: args.key, eventType: 'keydown', trusted: false, defaultPrevented: !notPrevented };
+        });
+      },
+      scroll: function (args, ctx) {
+        var mode = args.mode;
+        if (mode !== 'into-view' && mode !== 'by') return fail('invalid_web_scroll_mode', '`mode` must be into-view or by');
+        if (mode === 'into-view' && !args.selector) return fail('web_selector_required', 'into-view needs a selector');
+        var prepared = null;
+        if (args.selector) {
+          prepared = preflight(args, false);
+          if (!prepared.ok) return prepared;
+        } else {
+          var p = checkPage(args.expectedTarget);
+          if (p) return p;
+        }
+        return nextTurn().then(function () {
+          var el = null;
+          if (prepared) {
+            var fin = ctx.final(function () { return recheck(args, prepared, false); });
+            if (!fin.ok) return fin;
+            el = fin.element;
+          }
+          ctx.permit();
+          if (mode === 'into-view') el.scrollIntoView({ block: 'center', inline: 'center', behavior: 'instant' });
+          else if (el) el.scrollBy({ left: Number(args.deltaX) || 0, top: Number(args.deltaY) || 0, behavior: 'instant' });
+          else root.scrollBy({ left: Number(args.deltaX) || 0, top: Number(args.deltaY) || 0, behavior: 'instant' });
+          var out = { ok: true, mode: mode, scrollX: Math.round(root.scrollX), scrollY: Math.round(root.scrollY) };
+          if (el) {
+            out.resolved = resolved(el);
+            out.bounds = rectOf(el);
+            out.interaction = interactionOf(el, isVisible(el), isDisabled(el));
+          }
+          return out;
+        });
+      },
+      waitFor: function (args, ctx) {
+        var hasSel = args.selector != null, hasText = args.targetText != null;
+        if (hasSel === hasText) return fail('web_selector_required', 'waitFor needs exactly one of selector or targetText');
+        var timeout = Math.max(1, Number(args.timeoutMs) || 5000);
+        var interval = Math.max(10, Number(args.intervalMs) || 100);
+        // A wait has no effect on the app: its outcome is never "dispatched".
+        ctx.readOnly();
+        var started = now();
+        return new Promise(function (done) {
+          var tick = function () {
+            if (ctx.aborted()) return done(ctx.abortResult());
+            if (hasSel) {
+              var r = resolve(args.selector);
+              if (r.ok) return done({ ok: true, matched: 'selector', resolved: resolved(r.element), elapsedMs: now() - started });
+              if (r.error !== 'web_element_not_found' && r.error !== 'web_element_ambiguous') return done(r);
+            } else if (document.body && (document.body.innerText || '').indexOf(args.targetText) >= 0) {
+              return done({ ok: true, matched: 'text', elapsedMs: now() - started });
+            }
+            if (now() - started >= timeout) return done(fail('wait_timeout', 'the condition did not hold within ' + timeout + ' ms', { dispatched: false }));
+            setTimeout(tick, interval);
+          };
+          tick();
+        });
+      },
+      state: function (args, ctx) {
+        ctx.readOnly();
+        var values = {};
+        state.stateProviders.forEach(function (fn, name) {
+          try { values[name] = jsonClone(fn()); } catch (e) { values[name] = { error: String(e && e.message || e) }; }
+        });
+        return { ok: true, values: values };
+      },
+      action: function (args, ctx) {
+        var name = args && args.name;
+        var fn = state.actions.get(name);
+        if (!fn) return fail('action_not_registered', 'no app action named ' + JSON.stringify(String(name)), { details: { registered: Array.from(state.actions.keys()) } });
+        ctx.permit();
+        return Promise.resolve().then(function () { return fn(args.arguments || {}, { actionId: ctx.actionId }); }).then(function (value) {
+          return { ok: true, name: name, value: jsonClone(value) };
+        }, function (err) {
+          return fail('action_failed', String(err && err.message || err), { dispatched: true });
+        });
+      }
+    };
+
+    function validExecution(p) {
+      if (!p || typeof p !== 'object' || !p.command || typeof p.command.name !== 'string') return 'the payload needs command.name';
+      var ex = p.execution;
+      if (!ex || ex.schemaVersion !== EXECUTION_SCHEMA) return 'execution.schemaVersion must be ' + EXECUTION_SCHEMA;
+      if (ex.runtimeEpoch !== runtimeEpoch) return 'execution.runtimeEpoch is not this document';
+      if (typeof p.actionId !== 'string' || !p.actionId || ex.actionId !== p.actionId) return 'execution.actionId must equal actionId';
+      if (!(typeof ex.timeoutMs === 'number' && Math.floor(ex.timeoutMs) === ex.timeoutMs && ex.timeoutMs > 0)) return 'execution.timeoutMs must be a positive integer';
+      var t = p.target || {};
+      if (t.sessionId !== sessionId || t.runtimeEpoch !== runtimeEpoch || t.targetId !== TARGET_ID) return 'target is not this page';
+      return null;
+    }
+
+    function onCommand(msg) {
+      var p = msg.payload;
+      var invalid = validExecution(p);
+      if (invalid) return respond(msg.requestId, fail('invalid_web_execution', invalid, { dispatched: false }));
+      var name = p.command.name;
+      if (!executors[name]) return respond(msg.requestId, fail('unknown_web_command', 'unknown command ' + JSON.stringify(name), { dispatched: false }));
+      if (state.active) return respond(msg.requestId, fail('web_action_busy', 'action ' + state.active.actionId + ' is still running', { dispatched: false }));
+      if (state.completions.has(p.actionId) || journalRead()[p.actionId]) return respond(msg.requestId, fail('action_id_reused', 'this actionId was already executed', { dispatched: false }));
+      run(msg.requestId, p);
+    }
+
+    function run(requestId, p) {
+      var actionId = p.actionId;
+      var active = { actionId: actionId, requestId: requestId, permitted: false, readOnly: false, aborted: null, finished: false, timer: null };
+      state.active = active;
+      var abortResult = function () { return fail(active.aborted === 'timeout' ? 'web_action_timeout' : (active.aborted === 'stopped' ? 'web_sdk_stopped' : 'web_action_cancelled'), 'the action was ' + (active.aborted === 'timeout' ? 'not finished within ' + p.execution.timeoutMs + ' ms' : active.aborted)); };
+      var ctx = {
+        actionId: actionId,
+        permit: function () {
+          // Permission: from here on the effect may happen, so the outcome is
+          // journalled (it survives a reload) and reported only by completion.
+          active.permitted = true;
+          journalPut(actionId, { state: 'running', actionId: actionId, runtimeEpoch: runtimeEpoch, command: p.command.name, startedAtMs: now() });
+          state.currentAction = actionId;
+          setTimeout(function () { if (state.currentAction === actionId) state.currentAction = null; }, 0);
+        },
+        readOnly: function () { active.permitted = true; active.readOnly = true; },
+        // Runs the final-turn checks unless the action was aborted meanwhile.
+        final: function (check) { return active.aborted ? abortResult() : check(); },
+        aborted: function () { return !!active.aborted; },
+        abortResult: abortResult
+      };
+      active.timer = setTimeout(function () { active.aborted = 'timeout'; if (!active.permitted || active.readOnly) finish(abortResult()); else finish(fail('web_action_timeout', 'the action did not finish within ' + p.execution.timeoutMs + ' ms; its effect may still happen', { ambiguous: true })); }, p.execution.timeoutMs);
+      active.abort = function (why) { active.aborted = why; if (!active.permitted || active.readOnly) finish(abortResult()); };
+      var finish = function (result) {
+        if (active.finished) return;
+        active.finished = true;
+        clearTimeout(active.timer);
+        if (state.active === active) state.active = null;
+        if (state.currentAction === actionId) state.currentAction = null;
+        result = result && typeof result === 'object' ? result : fail('invalid_web_action_result', 'the executor returned no result');
+        if (!active.permitted) {
+          var refusal = {};
+          for (var k in result) refusal[k] = result[k];
+          refusal.dispatched = false;
+          refusal.actionId = actionId;
+          return respond(requestId, refusal);
+        }
+        complete(actionId, p, result, !active.readOnly);
+      };
+      var out;
+      try { out = executors[p.command.name](p.command.args || {}, ctx); } catch (e) {
+        out = fail('web_action_failed', String(e && e.message || e), active.permitted ? { dispatched: true } : null);
+      }
+      Promise.resolve(out).then(finish, function (e) { finish(fail('web_action_failed', String(e && e.message || e))); });
+    }
+
+    function complete(actionId, p, outcome, dispatched) {
+      var result = {};
+      for (var k in outcome) if (outcome[k] !== undefined) result[k] = outcome[k];
+      result.actionId = actionId;
+      result.runtimeEpoch = runtimeEpoch;
+      result.settled = true;
+      result.dispatched = outcome.dispatched === false ? false : dispatched;
+      result.ambiguous = outcome.ambiguous === true;
+      result.execution = { schemaVersion: EXECUTION_SCHEMA, actionId: actionId, runtimeEpoch: runtimeEpoch, target: p.target, settled: true };
+      if (byteLength(safeStringify(result)) > LIMITS.completion) {
+        result = { ok: false, error: 'invalid_web_action_result', message: 'the action result exceeds 64 KiB', actionId: actionId, runtimeEpoch: runtimeEpoch, settled: true, dispatched: result.dispatched, ambiguous: false, execution: result.execution };
+      }
+      state.completions.set(actionId, result);
+      journalPut(actionId, { state: 'completed', actionId: actionId, runtimeEpoch: runtimeEpoch, result: result });
+      rawSend({ type: 'completion', result: result });
+    }
+
+    function onCompletionAck(msg) {
+      if (msg.stored !== true) return;
+      state.completions.delete(msg.actionId);
+      journalDrop(msg.actionId);
+    }
+
+    function onCancel(msg) {
+      var a = state.active;
+      if (!a || !msg.payload || msg.payload.actionId !== a.actionId) return;
+      a.abort('cancelled');
+    }
+
+    // A document that died mid-action leaves its journal entry behind; the next
+    // document of the same session reports it so the host can settle the action.
+    function recoverJournal() {
+      var j = journalRead();
+      Object.keys(j).forEach(function (id) {
+        var e = j[id];
+        if (!e) return;
+        if (e.state === 'completed' && e.result) { state.completions.set(id, e.result); return; }
+        if (e.state === 'running') {
+          var result = {
+            ok: false, error: 'web_action_interrupted',
+            message: 'the document running this action unloaded before it finished; its effect is unknown',
+            actionId: id, runtimeEpoch: e.runtimeEpoch, settled: true, dispatched: true, ambiguous: true,
+            details: { command: e.command, startedAtMs: e.startedAtMs, reportedBy: runtimeEpoch },
+            execution: { schemaVersion: EXECUTION_SCHEMA, actionId: id, runtimeEpoch: e.runtimeEpoch, target: { sessionId: sessionId, runtimeEpoch: e.runtimeEpoch, targetId: TARGET_ID }, settled: true }
+          };
+          state.completions.set(id, result);
+          j[id] = { state: 'completed', actionId: id, runtimeEpoch: e.runtimeEpoch, result: result };
+        }
+      });
+      journalWrite(j);
+    }
+
+    // -------------------------------------------------------------- reads
+
+    function onRead(msg) {
+      var payload = msg.payload || {};
+      var args = payload.args || {};
+      var result;
+      try {
+        if (payload.name === 'domSnapshot') {
+          var dom = snapshotDom(args);
+          result = dom.ok === false ? dom : { ok: true, dom: dom };
+        } else if (payload.name === 'captureBarrier') {
+          result = barrier(args.stream);
+        } else {
+          result = fail('unknown_web_read', 'unknown read ' + JSON.stringify(payload.name));
+        }
+      } catch (e) {
+        result = fail('web_read_failed', String(e && e.message || e));
+      }
+      respond(msg.requestId, result);
+    }
+
+    // Flush everything queued (UI batches included) so that every record of the
+    // stream up to `sequence` is on the socket before this reply.
+    function barrier(stream) {
+      if (!state.seq.hasOwnProperty(stream)) return fail('invalid_web_capture_stream', 'unknown stream ' + JSON.stringify(stream));
+      if (stream === 'events') flushUi(true);
+      pump();
+      var unsent = state.queue.filter(function (e) { return e.record.stream === stream; }).length;
+      return {
+        ok: true, schemaVersion: CAPTURE_SCHEMA, stream: stream, sequence: state.seq[stream], losses: state.losses[stream],
+        pending: unsent + (stream === 'network' ? state.pendingRequests : 0), target: target()
+      };
+    }
+
+    // -------------------------------------------------------------- public API
+
+    var bridge = {
+      options: options,
+      want: want,
+      inside: false,
+      record: record,
+      associate: associate,
+      recordNetwork: recordNetwork,
+      requestStarted: function () { state.pendingRequests += 1; },
+      requestFinished: function () { state.pendingRequests = Math.max(0, state.pendingRequests - 1); }
+    };
+
+    var api = {
+      sessionId: sessionId,
+      runtimeEpoch: runtimeEpoch,
+      start: function () {
+        if (state.started && !state.stopped) return api;
+        state.started = true;
+        state.stopped = false;
+        hooks.bridge = bridge;
+        doc.listeners.push(onNavigation);
+        installUiCapture();
+        recoverJournal();
+        connect();
+        return api;
+      },
+      stop: function () {
+        if (state.stopped) return api;
+        state.stopped = true;
+        if (hooks.bridge === bridge) hooks.bridge = null;
+        doc.listeners = doc.listeners.filter(function (l) { return l !== onNavigation; });
+        listeners.forEach(function (l) { if (l[0]) l[0].removeEventListener(l[1], l[2], l[3]); else if (l[2] && l[2].disconnect) l[2].disconnect(); });
+        listeners = [];
+        if (state.active) state.active.abort('stopped');
+        if (state.timer) { clearTimeout(state.timer); state.timer = null; }
+        if (state.socket) { try { state.socket.close(1000, 'stopped'); } catch (e) { /* closing */ } }
+        state.status = 'stopped';
+        return api;
+      },
+      recordLog: function (entry, options2) {
+        entry = typeof entry === 'string' ? { message: entry } : (entry || {});
+        return record('logs', 'app', { level: entry.level || 'info', message: clip(entry.message, LIMITS.logMessage), data: entry.data }, (options2 || {}).actionId || entry.actionId);
+      },
+      recordNetwork: function (entry, options2) { entry = entry || {}; return record('network', 'app', entry, (options2 || {}).actionId || entry.actionId); },
+      recordState: function (name, value, options2) { return record('state', 'app', { name: String(name), value: value }, (options2 || {}).actionId); },
+      recordEvent: function (name, data, options2) { return record('events', 'app', { category: 'app', name: String(name), data: data }, (options2 || {}).actionId); },
+      registerAction: function (name, fn) {
+        if (typeof fn !== 'function') throw new TypeError('registerAction needs a function');
+        if (!state.actions.has(name) && state.actions.size >= LIMITS.actions) throw new Error('at most ' + LIMITS.actions + ' actions');
+        state.actions.set(String(name), fn);
+        return api;
+      },
+      registerStateProvider: function (name, fn) {
+        if (typeof fn !== 'function') throw new TypeError('registerStateProvider needs a function');
+        if (!state.stateProviders.has(name) && state.stateProviders.size >= LIMITS.stateProviders) throw new Error('at most ' + LIMITS.stateProviders + ' state providers');
+        state.stateProviders.set(String(name), fn);
+        return api;
+      },
+      snapshotDom: function (args) { return snapshotDom(args); },
+      pageRef: pageRef,
+      transportStatus: function () {
+        var losses = 0;
+        for (var k in state.losses) losses += state.losses[k];
+        return {
+          status: state.status, connected: state.status === 'connected', sessionId: sessionId, runtimeEpoch: runtimeEpoch,
+          binding: state.binding, lastError: state.lastError, reconnectAttempts: state.attempts, queued: state.queue.length,
+          inflight: state.inflight.size, pendingCompletions: state.completions.size, losses: losses, rejected: state.rejected,
+          sequences: jsonClone(state.seq), activeAction: state.active ? state.active.actionId : null
+        };
+      }
+    };
+    if (typeof root.addEventListener === 'function') {
+      // Release the session promptly so the next document is not refused as busy.
+      root.addEventListener('pagehide', function () { if (state.socket) { try { state.socket.close(1000, 'pagehide'); } catch (e) { /* closing */ } } });
+    }
+    return api;
+  }
+
+  return { createAiAppBridge: createAiAppBridge, PROTOCOL: PROTOCOL, version: '0.1.0' };
+});

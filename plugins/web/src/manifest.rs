@@ -1,0 +1,449 @@
+//! The `web` plugin manifest: every command this provider executes, with the
+//! metadata the host needs (role, target kind, mutation, admission key and lane,
+//! timeouts, Script permission) and a precise JSON Schema per command. The host
+//! validates every argument against these schemas before the provider runs, so the
+//! provider itself never re-checks public arguments.
+
+use aab_plugin_api::protocol::Mutation;
+use aab_plugin_api::{CommandSpec, Manifest};
+use serde_json::{Value, json};
+
+use crate::wire::{DOM_TARGET_SCHEMA, EXECUTION_SCHEMA};
+
+/// Web commands share one deadline policy (reference §1.4).
+const DEFAULT_TIMEOUT_MS: u64 = 5_000;
+const MAX_TIMEOUT_MS: u64 = 30_000;
+
+/// Largest safe JSON integer; bounds millisecond filters.
+const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
+
+pub fn manifest() -> Manifest {
+    let mut m = Manifest::new("web", env!("CARGO_PKG_VERSION"));
+    m.platforms = vec!["web".to_string()];
+    m.features = vec!["web-sdk-v2".to_string(), "managed-execution".to_string(), "capture-barrier".to_string()];
+    m.commands = commands();
+    m
+}
+
+/// Shared metadata of one command; callers adjust what differs.
+fn spec(name: &str, summary: &str, mutation: Mutation, target_kind: &str, input_schema: Value) -> CommandSpec {
+    CommandSpec {
+        command: name.to_string(),
+        domain: "web".to_string(),
+        summary: summary.to_string(),
+        platform: "web".to_string(),
+        role: "capability".to_string(),
+        target_kind: target_kind.to_string(),
+        script_permission: None,
+        mutation,
+        mutating_operations: Vec::new(),
+        execution_schemas: Vec::new(),
+        target_key: Vec::new(),
+        lane: None,
+        device_key: Vec::new(),
+        default_timeout_ms: DEFAULT_TIMEOUT_MS,
+        max_timeout_ms: MAX_TIMEOUT_MS,
+        input_schema,
+    }
+}
+
+/// A command bound to one connected page (`sessionId` is the admission key).
+fn target_spec(name: &str, summary: &str, mutation: Mutation, input_schema: Value) -> CommandSpec {
+    let mut s = spec(name, summary, mutation, "web-target", input_schema);
+    s.target_key = vec!["sessionId".to_string()];
+    s
+}
+
+fn with_permission(mut s: CommandSpec, permission: &str) -> CommandSpec {
+    s.script_permission = Some(permission.to_string());
+    s
+}
+
+fn with_lane(mut s: CommandSpec, lane: &str) -> CommandSpec {
+    s.lane = Some(lane.to_string());
+    s
+}
+
+fn managed(mut s: CommandSpec) -> CommandSpec {
+    s.execution_schemas = vec![EXECUTION_SCHEMA.to_string()];
+    s
+}
+
+/// An object schema: the given properties, nothing else.
+fn object(properties: Value, required: &[&str]) -> Value {
+    json!({"type": "object", "additionalProperties": false, "properties": properties, "required": required})
+}
+
+/// Add keywords (oneOf, allOf, dependentRequired, ...) to an object schema.
+fn extend(mut schema: Value, extra: Value) -> Value {
+    if let (Value::Object(target), Value::Object(extra)) = (&mut schema, extra) {
+        target.extend(extra);
+    }
+    schema
+}
+
+fn session_id() -> Value {
+    json!({"type": "string", "minLength": 1, "maxLength": 1024,
+           "description": "Web SDK session id of the page, as listed by `web-sessions`"})
+}
+
+fn runtime_epoch() -> Value {
+    json!({"type": "string", "minLength": 1, "maxLength": 1024,
+           "description": "The page document's runtimeEpoch from `web-sessions`; a reloaded page has a new one"})
+}
+
+fn target_id() -> Value {
+    json!({"type": "string", "enum": ["main"], "default": "main", "description": "Target within the session (only `main`)"})
+}
+
+/// `sessionId`, `runtimeEpoch` and `targetId`: the properties of every page-bound command.
+fn target_properties() -> serde_json::Map<String, Value> {
+    let mut p = serde_json::Map::new();
+    p.insert("sessionId".into(), session_id());
+    p.insert("runtimeEpoch".into(), runtime_epoch());
+    p.insert("targetId".into(), target_id());
+    p
+}
+
+fn props(extra: Value) -> Value {
+    let mut p = target_properties();
+    if let Value::Object(extra) = extra {
+        p.extend(extra);
+    }
+    Value::Object(p)
+}
+
+/// Typed action selector: exactly one identity field, optionally narrowed by tag/role.
+fn selector() -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "description": "Typed selector with exactly one identity field (elementId, text, ariaLabel or css), optionally narrowed by tag and role; it must match exactly one visible element",
+        "properties": {
+            "elementId": {"type": "string", "pattern": "^e[1-9][0-9]{0,9}$", "description": "elementId from a `web-dom` observation of the same document"},
+            "text": {"type": "string", "minLength": 1, "maxLength": 1024, "description": "Visible text of a control (exact match first, then case-insensitive containment)"},
+            "ariaLabel": {"type": "string", "minLength": 1, "maxLength": 1024, "description": "Exact aria-label"},
+            "css": {"type": "string", "minLength": 1, "maxLength": 1024, "description": "CSS selector"},
+            "tag": {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9-]{0,63}$", "description": "Restrict to this tag name"},
+            "role": {"type": "string", "pattern": "^[a-z][a-z-]{0,63}$", "description": "Restrict to this (explicit or implicit) ARIA role"}
+        },
+        "oneOf": [
+            {"required": ["elementId"]},
+            {"required": ["text"]},
+            {"required": ["ariaLabel"]},
+            {"required": ["css"]}
+        ]
+    })
+}
+
+/// `{pageRef, element}` copied from a `web-dom` observation.
+fn expected_target() -> Value {
+    let nullable = |max: u64, what: &str| json!({"type": ["string", "null"], "maxLength": max, "description": what});
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "description": "Binds the action to an earlier observation: the page must still be that document and navigation, and the element must be the same node with the same identity fields",
+        "required": ["pageRef", "element"],
+        "properties": {
+            "pageRef": {
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["schemaVersion", "sessionId", "runtimeEpoch", "targetId", "navigationId", "url"],
+                "properties": {
+                    "schemaVersion": {"const": DOM_TARGET_SCHEMA},
+                    "sessionId": {"type": "string", "minLength": 1, "maxLength": 1024},
+                    "runtimeEpoch": {"type": "string", "minLength": 1, "maxLength": 1024},
+                    "targetId": {"type": "string", "enum": ["main"]},
+                    "navigationId": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
+                    "url": {"type": "string", "maxLength": 8192}
+                }
+            },
+            "element": {
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["elementId", "tag", "id", "name", "type", "role", "ariaLabel", "placeholder", "href", "text"],
+                "properties": {
+                    "elementId": {"type": "string", "pattern": "^e[1-9][0-9]{0,9}$"},
+                    "tag": {"type": "string", "minLength": 1, "maxLength": 64},
+                    "id": nullable(1024, "id attribute"),
+                    "name": nullable(1024, "name attribute"),
+                    "type": nullable(64, "type attribute"),
+                    "role": nullable(64, "ARIA role"),
+                    "ariaLabel": nullable(1024, "aria-label"),
+                    "placeholder": nullable(1024, "placeholder"),
+                    "href": nullable(500, "href (first 500 characters)"),
+                    "text": nullable(300, "observed text (first 300 characters)")
+                }
+            }
+        }
+    })
+}
+
+/// Optional properties shared by the four capture reads (reference §6.6).
+fn capture_read_schema() -> Value {
+    let properties = props(json!({
+        "view": {"type": "string", "enum": ["decision-window", "connected-history"], "default": "decision-window",
+                 "description": "decision-window: SDK capture barrier on the connected document, committed records up to it; connected-history: retained host records (also offline)"},
+        "factCursor": {"type": "string", "pattern": "^wc1:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+                       "description": "Lower bound: a `watermarkCursor` returned by an earlier read (observe, act, then read with it)"},
+        "afterActionId": {"type": "string", "minLength": 1, "maxLength": 1024, "description": "Only records associated with this action; requires factCursor"},
+        "history": {"type": "boolean", "description": "Read retained host records (same as view connected-history)"},
+        "cursor": {"type": "string", "pattern": "^[0-9]{1,16}$", "description": "Continuation: `nextCursor` of the previous page"},
+        "throughCursor": {"type": "string", "pattern": "^wc1:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+                          "description": "Continuation of a decision window: the `throughCursor` of its first page (keeps the upper bound fixed)"},
+        "sinceMs": {"type": "integer", "minimum": 0, "maximum": MAX_SAFE_INTEGER, "description": "Only records captured at or after this Unix time (ms)"},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 16, "default": 16, "description": "Records scanned per page"}
+    }));
+    let history_on = json!({"anyOf": [
+        {"required": ["history"], "properties": {"history": {"const": true}}},
+        {"required": ["view"], "properties": {"view": {"const": "connected-history"}}}
+    ]});
+    extend(
+        object(properties, &["sessionId", "runtimeEpoch"]),
+        json!({
+            "dependentRequired": {"afterActionId": ["factCursor"], "throughCursor": ["cursor"]},
+            "allOf": [
+                // History reads retained records: no barrier window bounds apply.
+                {"if": history_on.clone(), "then": {"properties": {"factCursor": false, "afterActionId": false, "throughCursor": false}}},
+                // `history: true` contradicts an explicit decision window.
+                {"if": {"required": ["history"], "properties": {"history": {"const": true}}},
+                 "then": {"properties": {"view": {"enum": ["connected-history"], "description": "with history:true the view is connected-history (or omitted)"}}}},
+                // A decision-window continuation keeps its fixed upper bound.
+                {"if": {"required": ["cursor"], "not": history_on}, "then": {"required": ["throughCursor"]}}
+            ]
+        }),
+    )
+}
+
+fn commands() -> Vec<CommandSpec> {
+    let mut out = Vec::new();
+
+    out.push(spec(
+        "web-session-start",
+        "Start the aab.web/v2 WebSocket endpoint pages connect to (and optionally serve the bundled sample app).",
+        Mutation::Always,
+        "host",
+        object(
+            json!({
+                "host": {"type": "string", "pattern": "^[A-Za-z0-9.:-]{1,253}$", "default": "127.0.0.1", "description": "Listen address (default 127.0.0.1)"},
+                "webPort": {"type": "integer", "minimum": 0, "maximum": 65535, "default": 18180, "description": "Listen port (default 18180; 0 = any free port)"},
+                "path": {"type": "string", "pattern": "^/[A-Za-z0-9/_-]+$", "maxLength": 256, "default": "/ai-app-bridge-web", "description": "WebSocket path such as /ai-app-bridge-web (letters, digits, /, _ and -)"},
+                "token": {"type": "string", "pattern": "^[A-Za-z0-9_-]{16,256}$", "description": "Connection token (default: 24 random bytes, base64url)"},
+                "sampleApp": {"type": "boolean", "default": false, "description": "Also serve the bundled sample app under /sample/ (used by `aab demo`)"}
+            }),
+            &[],
+        ),
+    ));
+    out.push(spec(
+        "web-session-stop",
+        "Stop the Web endpoint and disconnect every page (unresolved actions stay recorded).",
+        Mutation::Always,
+        "host",
+        object(json!({}), &[]),
+    ));
+    out.push(spec(
+        "web-connect-info",
+        "Endpoint URL, token and protocol a page needs to connect with the Web SDK.",
+        Mutation::None,
+        "host",
+        object(json!({}), &[]),
+    ));
+    out.push(spec(
+        "web-provider-status",
+        "State of the Web provider: endpoint, sessions, limits, persistence and FactStore availability.",
+        Mutation::None,
+        "host",
+        object(json!({}), &[]),
+    ));
+    out.push(spec(
+        "web-sessions",
+        "Connected and recently disconnected pages with the sessionId/runtimeEpoch/targetId that address them.",
+        Mutation::None,
+        "host",
+        object(json!({}), &[]),
+    ));
+
+    out.push(with_lane(
+        with_permission(
+            target_spec(
+                "web-status",
+                "Connection state, page URL/route, capture counters and outstanding actions of one session.",
+                Mutation::None,
+                object(props(json!({})), &["sessionId"]),
+            ),
+            "app.read",
+        ),
+        "observation",
+    ));
+
+    let dom_properties = props(json!({
+        "selector": {"type": "string", "minLength": 1, "maxLength": 1024, "description": "CSS selector whose matches are reported instead of the default control query (a bounded read)"},
+        "maxControls": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 200, "description": "Controls to describe (the rest are counted)"},
+        "history": {"type": "boolean", "description": "Read retained observation summaries instead of observing the page"},
+        "cursor": {"type": "string", "pattern": "^[0-9]{1,16}$", "description": "History continuation: `nextCursor` of the previous page"},
+        "throughCursor": {"type": "string", "pattern": "^[0-9]{1,16}$", "description": "History continuation: the fixed upper bound returned with the first page"},
+        "sinceMs": {"type": "integer", "minimum": 0, "maximum": MAX_SAFE_INTEGER, "description": "History: only observations at or after this Unix time (ms)"},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 16, "default": 16, "description": "History: records per page"}
+    }));
+    out.push(with_lane(
+        with_permission(
+            target_spec(
+                "web-dom",
+                "Observe the page: pageRef (document + navigation identity), body text and controls with identity, state and interaction readiness.",
+                Mutation::None,
+                extend(
+                    object(dom_properties, &["sessionId", "runtimeEpoch"]),
+                    json!({
+                        "dependentRequired": {"cursor": ["history"], "throughCursor": ["history", "cursor"], "sinceMs": ["history"], "limit": ["history"]},
+                        "if": {"required": ["history"], "properties": {"history": {"const": true}}},
+                        "then": {"properties": {"selector": false, "maxControls": false}}
+                    }),
+                ),
+            ),
+            "app.read",
+        ),
+        "observation",
+    ));
+
+    let action = |name: &str, summary: &str, extra: Value, required: &[&str], keywords: Value| {
+        let mut req = vec!["sessionId", "runtimeEpoch"];
+        req.extend_from_slice(required);
+        managed(with_permission(target_spec(name, summary, Mutation::Always, extend(object(props(extra), &req), keywords)), "app.interact"))
+    };
+    out.push(action(
+        "web-click",
+        "One semantic DOM click on the unique visible, enabled, unobscured control (managed execution; observe the business result afterwards).",
+        json!({"selector": selector(), "expectedTarget": expected_target()}),
+        &["selector"],
+        json!({}),
+    ));
+    out.push(action(
+        "web-input",
+        "Replace the value of a text input, textarea or contenteditable (framework input/change events fire; password values never leave the page).",
+        json!({"selector": selector(), "expectedTarget": expected_target(),
+               "value": {"type": "string", "maxLength": 16384, "description": "New value (may be empty)"}}),
+        &["selector", "value"],
+        json!({}),
+    ));
+    out.push(action(
+        "web-key",
+        "Deliver one bubbling, cancellable keydown (Enter or Escape) to a control; reports defaultPrevented, trusted:false.",
+        json!({"selector": selector(), "expectedTarget": expected_target(),
+               "key": {"type": "string", "enum": ["Enter", "Escape"], "description": "Key to deliver"}}),
+        &["selector", "key"],
+        json!({}),
+    ));
+    let delta = |axis: &str| json!({"type": "number", "minimum": -2147483647, "maximum": 2147483647, "description": format!("Scroll by this many CSS pixels along {axis}")});
+    out.push(action(
+        "web-scroll",
+        "Scroll an element into view (mode into-view) or scroll the page/an element by deltas (mode by).",
+        json!({"mode": {"type": "string", "enum": ["into-view", "by"], "description": "into-view needs a selector and no deltas; by needs deltaX and/or deltaY"},
+               "selector": selector(), "expectedTarget": expected_target(), "deltaX": delta("x"), "deltaY": delta("y")}),
+        &["mode"],
+        json!({
+            "dependentRequired": {"expectedTarget": ["selector"]},
+            "oneOf": [
+                {"properties": {"mode": {"const": "into-view"}, "deltaX": false, "deltaY": false}, "required": ["selector"]},
+                {"properties": {"mode": {"const": "by"}}, "anyOf": [{"required": ["deltaX"]}, {"required": ["deltaY"]}]}
+            ]
+        }),
+    ));
+    out.push(action(
+        "web-wait",
+        "Wait within the command deadline until exactly one of: a typed selector matches a visible element, or the body text contains targetText.",
+        json!({"selector": selector(), "targetText": {"type": "string", "minLength": 1, "maxLength": 1024, "description": "Text the page body must contain"}}),
+        &[],
+        json!({"oneOf": [{"required": ["selector"]}, {"required": ["targetText"]}]}),
+    ));
+
+    for (stream, what) in [
+        ("logs", "console output, errors and app log records"),
+        ("network", "fetch/XHR records and app network records"),
+        ("state", "app state records"),
+        ("events", "UI event batches (clicks, input, route changes, DOM mutations) and app events"),
+    ] {
+        out.push(with_lane(
+            with_permission(
+                target_spec(
+                    &format!("web-{stream}"),
+                    &format!("Committed {what} from the host FactStore: a decision window through a fresh SDK capture barrier (wc1: watermark, honest coverage) or retained history."),
+                    Mutation::None,
+                    capture_read_schema(),
+                ),
+                "capture.read",
+            ),
+            "observation",
+        ));
+    }
+
+    let mut execution = target_spec(
+        "web-execution",
+        "Managed Web actions of a session: status, terminal result, cancel, and reconcile of actions whose completion was lost.",
+        Mutation::Conditional,
+        extend(
+            object(
+                props(json!({
+                    "operation": {"type": "string", "enum": ["status", "result", "cancel", "reconcile"], "description": "What to do"},
+                    "actionId": {"type": "string", "minLength": 1, "maxLength": 256, "description": "The action (the `actionId` of its reply)"}
+                })),
+                &["operation", "sessionId", "runtimeEpoch"],
+            ),
+            json!({"oneOf": [
+                {"properties": {"operation": {"const": "status"}}},
+                {"properties": {"operation": {"const": "result"}}, "required": ["actionId"]},
+                {"properties": {"operation": {"const": "cancel"}}, "required": ["actionId"]},
+                {"properties": {"operation": {"const": "reconcile"}}}
+            ]}),
+        ),
+    );
+    execution.mutating_operations = vec!["cancel".to_string()];
+    execution.lane = Some("control".to_string());
+    execution.execution_schemas = vec![EXECUTION_SCHEMA.to_string()];
+    out.push(execution);
+
+    let mut command = managed(target_spec(
+        "web-command",
+        "Expert: send one raw page command (click, input, key, waitFor, scroll, state, action) or the domSnapshot read; the page validates its arguments.",
+        Mutation::Always,
+        object(
+            props(json!({
+                "name": {"type": "string", "enum": ["click", "input", "key", "waitFor", "scroll", "state", "action", "domSnapshot"], "description": "Page command name"},
+                "arguments": {"type": "object", "maxProperties": 64, "description": "Page command arguments, passed through unchanged"}
+            })),
+            &["name", "sessionId", "runtimeEpoch"],
+        ),
+    ));
+    command.role = "expert".to_string();
+    out.push(command);
+
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_command_is_well_formed() {
+        let m = manifest();
+        assert_eq!(m.commands.len(), 18);
+        for c in &m.commands {
+            assert_eq!(c.domain, "web");
+            assert_eq!(c.platform, "web");
+            assert_eq!(c.default_timeout_ms, 5000);
+            assert_eq!(c.max_timeout_ms, 30000);
+            assert_eq!(c.input_schema["additionalProperties"], json!(false), "{}", c.command);
+            if c.target_kind == "web-target" {
+                assert_eq!(c.target_key, vec!["sessionId".to_string()], "{}", c.command);
+                assert_eq!(c.input_schema["properties"]["targetId"]["enum"], json!(["main"]));
+            }
+        }
+        let by_name = |n: &str| m.commands.iter().find(|c| c.command == n).unwrap();
+        assert_eq!(by_name("web-execution").lane.as_deref(), Some("control"));
+        assert_eq!(by_name("web-dom").lane.as_deref(), Some("observation"));
+        assert_eq!(by_name("web-command").script_permission, None);
+        assert_eq!(by_name("web-command").role, "expert");
+        assert_eq!(by_name("web-click").script_permission.as_deref(), Some("app.interact"));
+        assert_eq!(by_name("web-logs").script_permission.as_deref(), Some("capture.read"));
+    }
+}

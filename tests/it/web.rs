@@ -1,0 +1,702 @@
+//! Web provider e2e in real headless Chromium. Every action goes through the public
+//! `aab` CLI (or MCP); every outcome is checked independently of the Web SDK's own
+//! report — by reading the live DOM over CDP, asking the sample app's server what it
+//! received, or speaking raw `aab.web/v2` to the endpoint.
+//!
+//! Each test has its own runtime (`TestEnv`), its own Web endpoint on an
+//! OS-assigned port (`webPort: 0`) and its own browser, so the tests run in
+//! parallel; dropping them stops the runtime and kills Chromium.
+
+use std::time::{Duration, Instant};
+
+use aab_e2e::chromium::{Chromium, Tab};
+use aab_e2e::{Run, TestEnv, error_code, error_facts};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
+
+// ------------------------------------------------------------------ harness
+
+struct Web {
+    env: TestEnv,
+    chrome: Chromium,
+    /// `http://127.0.0.1:<port>`
+    base: String,
+    endpoint: String,
+    token: String,
+}
+
+struct Page {
+    tab: Tab,
+    session_id: String,
+    runtime_epoch: String,
+}
+
+fn kebab(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.chars() {
+        if c.is_ascii_uppercase() {
+            out.push('-');
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `--flag value` pairs for a JSON object of arguments (strings verbatim, other
+/// values as JSON).
+fn flags(args: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for (k, v) in args.as_object().expect("arguments object") {
+        out.push(format!("--{}", kebab(k)));
+        out.push(match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        });
+    }
+    out
+}
+
+impl Web {
+    fn start() -> Web {
+        let env = TestEnv::new();
+        env.install_plugin("aab_plugin_web", "web");
+        let chrome = Chromium::launch();
+        let started = env.aab_ok(&["web-session-start", "--web-port", "0", "--sample-app", "true"]);
+        let v = &started["value"];
+        let port = v["port"].as_u64().expect("port");
+        Web {
+            base: format!("http://127.0.0.1:{port}"),
+            endpoint: v["endpoint"].as_str().expect("endpoint").to_string(),
+            token: v["token"].as_str().expect("token").to_string(),
+            env,
+            chrome,
+        }
+    }
+
+    /// `aab COMMAND --flags…`; returns the body and the run.
+    fn run(&self, command: &str, args: Value) -> (Value, Run) {
+        self.run_with(command, args, &[])
+    }
+
+    fn run_with(&self, command: &str, args: Value, extra: &[&str]) -> (Value, Run) {
+        run_env(&self.env, command, args, extra)
+    }
+
+    /// The command must succeed; returns its `value`.
+    #[track_caller]
+    fn ok(&self, command: &str, args: Value) -> Value {
+        ok_env(&self.env, command, args)
+    }
+
+    /// The command must fail with `code` and the given dispatch facts; returns the
+    /// error facts.
+    #[track_caller]
+    fn fails(&self, command: &str, args: Value, code: &str, dispatched: bool) -> Value {
+        let (body, run) = self.run(command, args);
+        let facts = error_facts(&body).clone();
+        self.env.check(error_code(&body) == Some(code), &run, &format!("{command} should fail with {code}"));
+        self.env.check(run.exit() == 1, &run, "a failed command exits 1");
+        let expected = if dispatched { (json!(true), json!(true)) } else { (json!(false), json!(false)) };
+        self.env.check(
+            (facts["dispatched"].clone(), facts["ambiguous"].clone()) == expected,
+            &run,
+            &format!("{command}: expected dispatched/ambiguous {expected:?}"),
+        );
+        facts
+    }
+
+    fn page_url(&self, page: &str, session: Option<&str>) -> String {
+        let mut url = format!("{}/sample/{page}#endpoint={}&token={}", self.base, self.endpoint, self.token);
+        if let Some(s) = session {
+            url.push_str(&format!("&session={s}"));
+        }
+        url
+    }
+
+    /// Open a sample page and wait until its SDK is connected (seen from the page
+    /// and from `web-sessions`).
+    fn open(&mut self, page: &str, session: Option<&str>) -> Page {
+        let url = self.page_url(page, session);
+        let tab = self.chrome.open(&url);
+        let ids = self.chrome.wait_for(
+            &tab,
+            "window.sampleApp && sampleApp.bridge.transportStatus().connected && [sampleApp.bridge.sessionId, sampleApp.bridge.runtimeEpoch]",
+            Duration::from_secs(20),
+        );
+        let session_id = ids[0].as_str().expect("sessionId").to_string();
+        let runtime_epoch = ids[1].as_str().expect("runtimeEpoch").to_string();
+        let listed = self.ok("web-sessions", json!({}));
+        let found = listed["sessions"].as_array().into_iter().flatten().any(|s| {
+            s["sessionId"] == json!(session_id) && s["runtimeEpoch"] == json!(runtime_epoch) && s["connected"] == json!(true)
+        });
+        assert!(found, "web-sessions does not list the connected page {session_id}/{runtime_epoch}: {listed}\n{}", self.env.report(None));
+        Page { tab, session_id, runtime_epoch }
+    }
+
+    fn target(&self, page: &Page) -> Value {
+        json!({"sessionId": page.session_id, "runtimeEpoch": page.runtime_epoch})
+    }
+
+    /// `target(page)` plus more arguments.
+    fn args(&self, page: &Page, more: Value) -> Value {
+        let mut a = self.target(page);
+        for (k, v) in more.as_object().expect("object") {
+            a[k] = v.clone();
+        }
+        a
+    }
+
+    fn dom(&self, page: &Page) -> Value {
+        self.ok("web-dom", self.target(page))
+    }
+
+    fn eval(&mut self, page: &Page, expression: &str) -> Value {
+        self.chrome.eval(&page.tab, expression)
+    }
+
+    /// What the sample server received (asked from the page's origin over CDP).
+    fn submissions(&mut self, page: &Page) -> Value {
+        self.eval(page, "fetch('/sample/api/submissions').then(r => r.json())")
+    }
+}
+
+/// `aab COMMAND --flags… EXTRA…` in `env`; returns the body and the run.
+fn run_env(env: &TestEnv, command: &str, args: Value, extra: &[&str]) -> (Value, Run) {
+    let mut argv = vec![command.to_string()];
+    argv.extend(flags(&args));
+    argv.extend(extra.iter().map(|s| s.to_string()));
+    let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let run = env.aab(&refs);
+    let body = env.json_of(&run);
+    (body, run)
+}
+
+#[track_caller]
+fn ok_env(env: &TestEnv, command: &str, args: Value) -> Value {
+    let (body, run) = run_env(env, command, args, &[]);
+    env.check(run.exit() == 0 && body.pointer("/execution/ok") == Some(&json!(true)), &run, &format!("{command} should succeed"));
+    body["value"].clone()
+}
+
+/// The control whose `id` attribute is `id`.
+#[track_caller]
+fn control<'a>(dom: &'a Value, id: &str) -> &'a Value {
+    dom["dom"]["controls"]
+        .as_array()
+        .and_then(|list| list.iter().find(|c| c["id"] == json!(id)))
+        .unwrap_or_else(|| panic!("no control with id {id} in {}", dom["dom"]["controls"]))
+}
+
+/// `expectedTarget` for `control`, copied from the observation.
+fn expected(dom: &Value, control: &Value) -> Value {
+    let mut element = serde_json::Map::new();
+    for k in ["elementId", "tag", "id", "name", "type", "role", "ariaLabel", "placeholder", "href", "text"] {
+        element.insert(k.into(), control[k].clone());
+    }
+    json!({"pageRef": dom["pageRef"], "element": element})
+}
+
+fn by_id(control: &Value) -> Value {
+    json!({"elementId": control["elementId"]})
+}
+
+// ------------------------------------------------------------------ raw aab.web/v2
+
+/// A hand-driven page socket, for the handshake rules.
+struct RawSocket {
+    rt: tokio::runtime::Runtime,
+    ws: tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio")
+}
+
+impl RawSocket {
+    fn connect(url: &str) -> Result<RawSocket, tokio_tungstenite::tungstenite::Error> {
+        let rt = runtime();
+        let (ws, _) = rt.block_on(tokio_tungstenite::connect_async(url))?;
+        Ok(RawSocket { rt, ws })
+    }
+
+    fn send(&mut self, v: &Value) {
+        let ws = &mut self.ws;
+        self.rt.block_on(ws.send(Message::text(v.to_string()))).expect("send");
+    }
+
+    /// The next JSON frame, or `Err(close code)` when the socket closes.
+    fn recv(&mut self) -> Result<Value, Option<u16>> {
+        let ws = &mut self.ws;
+        self.rt.block_on(async {
+            loop {
+                match tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
+                    Ok(Some(Ok(Message::Text(t)))) => return Ok(serde_json::from_str(t.as_str()).expect("JSON frame")),
+                    Ok(Some(Ok(Message::Close(frame)))) => return Err(frame.map(|f| u16::from(f.code))),
+                    Ok(Some(Ok(_))) => continue,
+                    Ok(Some(Err(_)) | None) => return Err(None),
+                    Err(_) => panic!("no frame within 10 s"),
+                }
+            }
+        })
+    }
+
+    /// Expect `{type:"error", error: code}` followed by a 1008 close.
+    #[track_caller]
+    fn expect_rejection(&mut self, code: &str) {
+        let frame = self.recv().unwrap_or_else(|c| panic!("expected an error frame `{code}`, the socket closed with {c:?}"));
+        assert_eq!(frame["type"], json!("error"), "expected an error frame: {frame}");
+        assert_eq!(frame["error"], json!(code), "wrong rejection: {frame}");
+        match self.recv() {
+            Err(Some(1008)) => {}
+            other => panic!("after `{code}` the socket must close with 1008, got {other:?}"),
+        }
+    }
+}
+
+fn hello(session_id: &str, origin: &str) -> Value {
+    json!({
+        "type": "hello", "schemaVersion": "aab.web/v2", "sessionId": session_id,
+        "runtimeEpoch": "0123456789abcdef0123456789abcdef", "targetId": "main",
+        "executionSchema": "aab.web-execution/v1", "domTargetSchema": "aab.web-dom-target/v1", "captureSchema": "aab.web-capture/v1",
+        "appName": "raw", "url": format!("{origin}/raw"), "origin": origin, "route": "/raw"
+    })
+}
+
+// ------------------------------------------------------------------ scenarios
+
+#[test]
+fn web_handshake_rejections() {
+    let mut w = Web::start();
+    let page = w.open("index.html", None);
+    let endpoint = w.endpoint.clone();
+    let url = |token: &str| format!("{endpoint}?token={token}");
+
+    // A wrong token never gets a WebSocket: the upgrade answers 403.
+    match RawSocket::connect(&url("wrong-token-0000000000")) {
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => assert_eq!(resp.status().as_u16(), 403),
+        Err(e) => panic!("expected HTTP 403 for a wrong token, got {e}"),
+        Ok(_) => panic!("a wrong token must not open a socket"),
+    }
+    // Plain HTTP: /health is open, /sessions needs the token header (asked from the page).
+    assert_eq!(w.eval(&page, "fetch('/health').then(r => r.json()).then(b => b.ok)"), json!(true));
+    assert_eq!(w.eval(&page, "fetch('/sessions').then(r => r.status)"), json!(401));
+    let expr = format!("fetch('/sessions', {{headers: {{'x-ai-app-bridge-token': '{}'}}}}).then(r => r.json()).then(b => b.count)", w.token);
+    assert_eq!(w.eval(&page, &expr), json!(1));
+
+    let origin = w.base.clone();
+    // A malformed hello.
+    let mut raw = RawSocket::connect(&url(&w.token)).expect("connect");
+    raw.send(&json!({"type": "hello", "schemaVersion": "aab.web/v2"}));
+    raw.expect_rejection("invalid_web_hello");
+
+    // A second socket for a session that is connected.
+    let mut raw = RawSocket::connect(&url(&w.token)).expect("connect");
+    raw.send(&hello(&page.session_id, &origin));
+    raw.expect_rejection("web_session_busy");
+
+    // The binding must be echoed exactly on every frame.
+    let mut raw = RawSocket::connect(&url(&w.token)).expect("connect");
+    raw.send(&hello("raw-binding-session", &origin));
+    let ack = raw.recv().expect("helloAck");
+    assert_eq!(ack["type"], json!("helloAck"), "{ack}");
+    assert_eq!(ack["binding"]["sessionId"], json!("raw-binding-session"));
+    let mut binding = ack["binding"].clone();
+    binding["connectionId"] = json!("ffffffffffffffffffffffffffffffff");
+    raw.send(&json!({"type": "response", "requestId": "x", "result": {"ok": true}, "binding": binding}));
+    raw.expect_rejection("web_binding_mismatch");
+
+    // The real page is unaffected and the raw session is gone.
+    let sessions = w.ok("web-sessions", json!({}));
+    let raw_session = sessions["sessions"].as_array().unwrap().iter().find(|s| s["sessionId"] == json!("raw-binding-session")).cloned();
+    assert_eq!(raw_session.map(|s| s["connected"].clone()), Some(json!(false)), "{sessions}");
+    let dom = w.dom(&page);
+    assert_eq!(dom["pageRef"]["sessionId"], json!(page.session_id));
+
+    // A known session cannot come back from another origin.
+    let mut raw = RawSocket::connect(&url(&w.token)).expect("connect");
+    raw.send(&hello("raw-binding-session", "http://elsewhere.example"));
+    raw.expect_rejection("web_session_origin_changed");
+
+    // Stopping the endpoint disconnects the page; commands then say why.
+    let stopped = w.ok("web-session-stop", json!({}));
+    assert_eq!(stopped["stopped"], json!(true));
+    w.chrome.wait_for(&page.tab, "!sampleApp.bridge.transportStatus().connected", Duration::from_secs(10));
+    w.fails("web-dom", w.target(&page), "web_provider_not_running", false);
+    let status = w.ok("web-provider-status", json!({}));
+    assert_eq!(status["running"], json!(false));
+}
+
+#[test]
+fn web_observe_input_click_business_outcome() {
+    let mut w = Web::start();
+    let page = w.open("form.html", None);
+    let dom = w.dom(&page);
+    assert_eq!(dom["webTargetSchema"], json!("aab.web-dom-target/v1"));
+    assert_eq!(dom["pageRef"]["navigationId"].as_str().map(str::len), Some(32));
+    let name = control(&dom, "name").clone();
+    let password = control(&dom, "password").clone();
+    let terms = control(&dom, "terms").clone();
+    assert_eq!(terms["checked"], json!(false));
+    assert_eq!(control(&dom, "plan-free")["checked"], json!(true));
+    assert_eq!(password["sensitive"], json!(true));
+
+    // A watermark before acting bounds the capture window read afterwards.
+    let before = w.ok("web-network", w.target(&page));
+    let watermark = before["watermarkCursor"].as_str().expect("watermarkCursor").to_string();
+    assert!(watermark.starts_with("wc1:"), "{before}");
+
+    let typed = w.ok("web-input", w.args(&page, json!({"selector": by_id(&name), "expectedTarget": expected(&dom, &name), "value": "Ada Lovelace"})));
+    assert_eq!(typed["value"], json!("Ada Lovelace"));
+    let secret = w.ok("web-input", w.args(&page, json!({"selector": by_id(&password), "value": "s3cret-Pa55"})));
+    assert_eq!(secret["sensitive"], json!(true));
+    assert_eq!(secret["valueLength"], json!(11));
+    w.ok("web-scroll", w.args(&page, json!({"mode": "into-view", "selector": {"css": "#save"}})));
+    let dom = w.dom(&page);
+    let terms = control(&dom, "terms").clone();
+    w.ok("web-click", w.args(&page, json!({"selector": by_id(&terms), "expectedTarget": expected(&dom, &terms)})));
+    let dom = w.dom(&page);
+    assert_eq!(control(&dom, "terms")["checked"], json!(true), "observation after the click");
+    let save = control(&dom, "save").clone();
+    let clicked = w.ok("web-click", w.args(&page, json!({"selector": {"text": "Save"}, "expectedTarget": expected(&dom, &save)})));
+    let click_action = clicked["actionId"].as_str().expect("actionId").to_string();
+    assert_eq!(clicked["executionReceipt"]["state"], json!("settled"));
+    let waited = w.ok("web-wait", w.args(&page, json!({"targetText": "Saved #"})));
+    assert_eq!(waited["matched"], json!("text"));
+
+    // Independent checks: the server got the submission, the live DOM shows it.
+    let received = w.submissions(&page);
+    assert_eq!(received["count"], json!(1), "{received}");
+    assert_eq!(received["submissions"][0]["payload"]["name"], json!("Ada Lovelace"));
+    assert_eq!(received["submissions"][0]["payload"]["passwordLength"], json!(11));
+    let shown = w.eval(&page, "document.querySelector('#result').textContent");
+    assert_eq!(shown, json!("Saved #1 for Ada Lovelace."));
+    assert_eq!(w.eval(&page, "document.querySelector('#terms').checked"), json!(true));
+
+    // The capture window after the action holds the fetch, tied to the click.
+    let network = w.ok("web-network", w.args(&page, json!({"factCursor": watermark, "afterActionId": click_action})));
+    let records = network["records"].as_array().expect("records");
+    assert!(
+        records.iter().any(|r| r["item"]["url"].as_str().is_some_and(|u| u.ends_with("/sample/api/submit")) && r["association"] == json!("synchronous")),
+        "the submit fetch must be in the window, associated with the click: {network}"
+    );
+    let coverage = &network["coverage"];
+    assert_eq!(coverage["scope"], json!("sdk-captures-through-barrier"));
+    assert!(matches!(coverage["status"].as_str(), Some("complete" | "partial" | "unavailable")), "{coverage}");
+    let logs = w.ok("web-logs", w.args(&page, json!({"factCursor": watermark})));
+    assert!(logs["records"].as_array().unwrap().iter().any(|r| r["item"]["message"] == json!("signup: submitting for Ada Lovelace")), "{logs}");
+
+    // The password value never left the page: no reply of this test contains it.
+    let dom = w.dom(&page);
+    assert_eq!(control(&dom, "password")["valueLength"], json!(11));
+    assert!(control(&dom, "password").get("value").is_none());
+    let events = w.ok("web-events", w.target(&page));
+    let state = w.ok("web-state", w.target(&page));
+    for (what, v) in [("dom", &dom), ("events", &events), ("state", &state), ("network", &network), ("logs", &logs)] {
+        assert!(!v.to_string().contains("s3cret-Pa55"), "the password leaked through {what}");
+    }
+}
+
+#[test]
+fn web_replaced_element_with_identical_html_is_changed() {
+    let mut w = Web::start();
+    let page = w.open("form.html", None);
+    let dom = w.dom(&page);
+    let demo = control(&dom, "fill-demo").clone();
+    // Same HTML, new node: the observation's identity must not carry over.
+    w.eval(&page, "(() => { const b = document.querySelector('#fill-demo'); b.outerHTML = b.outerHTML; return true; })()");
+    let facts = w.fails("web-click", w.args(&page, json!({"selector": {"ariaLabel": "Fill with demo data"}, "expectedTarget": expected(&dom, &demo)})), "web_element_changed", false);
+    assert!(facts["details"]["actual"]["elementId"] != demo["elementId"], "{facts}");
+    w.fails("web-click", w.args(&page, json!({"selector": by_id(&demo), "expectedTarget": expected(&dom, &demo)})), "web_element_changed", false);
+    // Nothing happened on the page: the replaced button's handler is gone anyway,
+    // and the name field is untouched.
+    assert_eq!(w.eval(&page, "document.querySelector('#name').value"), json!(""));
+    // A fresh observation works.
+    let dom = w.dom(&page);
+    let demo2 = control(&dom, "fill-demo").clone();
+    assert_ne!(demo2["elementId"], demo["elementId"]);
+    w.ok("web-click", w.args(&page, json!({"selector": by_id(&demo2), "expectedTarget": expected(&dom, &demo2)})));
+}
+
+#[test]
+fn web_unready_controls_are_reported_and_refused() {
+    let mut w = Web::start();
+    let page = w.open("index.html", None);
+    w.eval(
+        &page,
+        r#"(() => {
+            window.__clicks = {};
+            const box = document.createElement('div');
+            box.innerHTML = `
+              <span style="position:relative;display:inline-block">
+                <button id="covered">Covered</button>
+                <div id="cover" style="position:absolute;inset:0;background:rgba(0,0,0,.1);z-index:10"></div>
+              </span>
+              <button id="invisible" style="visibility:hidden">Invisible</button>
+              <button id="off" disabled>Off</button>
+              <button id="far" style="position:absolute;top:5000px">Far</button>`;
+            document.querySelector('main').prepend(box);
+            for (const b of box.querySelectorAll('button')) b.addEventListener('click', () => { window.__clicks[b.id] = (window.__clicks[b.id] || 0) + 1; });
+            return true;
+        })()"#,
+    );
+    let dom = w.dom(&page);
+    let status = |id: &str| control(&dom, id)["interaction"]["status"].clone();
+    assert_eq!(status("covered"), json!("obscured"));
+    assert_eq!(control(&dom, "covered")["interaction"]["hit"]["id"], json!("cover"));
+    assert_eq!(status("invisible"), json!("hidden"));
+    assert_eq!(control(&dom, "invisible")["visible"], json!(false));
+    assert_eq!(status("off"), json!("disabled"));
+    assert_eq!(control(&dom, "off")["disabled"], json!(true));
+    assert_eq!(status("far"), json!("outside-viewport"));
+
+    let click = |w: &Web, id: &str, code: &str| {
+        let c = control(&dom, id).clone();
+        w.fails("web-click", w.args(&page, json!({"selector": by_id(&c), "expectedTarget": expected(&dom, &c)})), code, false)
+    };
+    let f = click(&w, "covered", "web_element_obscured");
+    assert_eq!(f["details"]["interaction"]["status"], json!("obscured"));
+    let f = click(&w, "invisible", "web_element_not_found");
+    assert_eq!(f["details"]["interaction"]["status"], json!("hidden"));
+    let f = click(&w, "off", "web_element_disabled");
+    assert_eq!(f["details"]["interaction"]["status"], json!("disabled"));
+    let f = click(&w, "far", "web_element_outside_viewport");
+    assert_eq!(f["details"]["interaction"]["status"], json!("outside-viewport"));
+    assert_eq!(w.eval(&page, "JSON.stringify(window.__clicks)"), json!("{}"), "no refused control may have been clicked");
+
+    // Scrolling the far one into view makes it clickable.
+    let far = control(&dom, "far").clone();
+    w.ok("web-scroll", w.args(&page, json!({"mode": "into-view", "selector": by_id(&far)})));
+    w.ok("web-click", w.args(&page, json!({"selector": by_id(&far)})));
+    assert_eq!(w.eval(&page, "window.__clicks.far"), json!(1));
+}
+
+#[test]
+fn web_navigation_invalidates_page_refs() {
+    let mut w = Web::start();
+    let page = w.open("list.html", None);
+    let dom = w.dom(&page);
+    let add = control(&dom, "add").clone();
+    let done_tab = control(&dom, "tab-done").clone();
+    w.ok("web-click", w.args(&page, json!({"selector": by_id(&done_tab), "expectedTarget": expected(&dom, &done_tab)})));
+    assert_eq!(w.eval(&page, "location.search"), json!("?view=done"));
+    let facts = w.fails("web-click", w.args(&page, json!({"selector": by_id(&add), "expectedTarget": expected(&dom, &add)})), "reobserve_required", false);
+    assert_eq!(facts["details"]["expected"]["navigationId"], dom["pageRef"]["navigationId"]);
+    let again = w.dom(&page);
+    assert_ne!(again["pageRef"]["navigationId"], dom["pageRef"]["navigationId"]);
+    assert_eq!(again["pageRef"]["runtimeEpoch"], dom["pageRef"]["runtimeEpoch"], "a route change keeps the document");
+    // Back to the same URL: still a new navigation.
+    w.eval(&page, "history.back(); true");
+    w.chrome.wait_for(&page.tab, "location.search === ''", Duration::from_secs(5));
+    let back = w.dom(&page);
+    assert_eq!(back["pageRef"]["url"], dom["pageRef"]["url"]);
+    assert_ne!(back["pageRef"]["navigationId"], dom["pageRef"]["navigationId"]);
+}
+
+#[test]
+fn web_ambiguous_text_selector_is_refused_with_candidates() {
+    let mut w = Web::start();
+    let page = w.open("list.html", None);
+    let facts = w.fails("web-click", w.args(&page, json!({"selector": {"text": "Remove"}})), "web_element_ambiguous", false);
+    let candidates = facts["details"]["candidates"].as_array().expect("candidates");
+    assert_eq!(candidates.len(), 3, "{facts}");
+    assert!(candidates.iter().all(|c| c["elementId"].as_str().is_some_and(|id| id.starts_with('e'))));
+    assert_eq!(w.eval(&page, "document.querySelectorAll('#items li').length"), json!(3), "nothing was removed");
+    // One candidate's elementId is a valid unique selector.
+    w.ok("web-click", w.args(&page, json!({"selector": {"elementId": candidates[0]["elementId"]}})));
+    assert_eq!(w.eval(&page, "document.querySelectorAll('#items li').length"), json!(2));
+}
+
+#[test]
+fn web_silent_page_ends_in_command_timeout() {
+    let mut w = Web::start();
+    let page = w.open("form.html", None);
+    let dom = w.dom(&page);
+    let demo = control(&dom, "fill-demo").clone();
+    // Keep the page's only thread busy: it cannot answer anything for 6 s.
+    w.eval(&page, "setTimeout(() => { const end = Date.now() + 6000; while (Date.now() < end) {} }, 0); true");
+    let started = Instant::now();
+    let read = w.fails("web-dom", w.args(&page, json!({"timeoutMs": 1000})), "web_command_timeout", false);
+    assert_eq!(read["details"]["read"], json!("domSnapshot"));
+    let click = w.fails("web-click", w.args(&page, json!({"selector": by_id(&demo), "timeoutMs": 1500})), "web_command_timeout", true);
+    let action_id = click["details"]["actionId"].as_str().expect("actionId").to_string();
+    assert!(started.elapsed() < Duration::from_secs(6), "both calls must end while the page is still busy");
+    let status = w.ok("web-execution", w.args(&page, json!({"operation": "status", "actionId": action_id})));
+    assert_eq!(status["actions"][0]["state"], json!("unresolved"), "{status}");
+    let blocked = w.fails("web-click", w.args(&page, json!({"selector": by_id(&demo), "timeoutMs": 1500})), "web_execution_unresolved", false);
+    assert_eq!(blocked["details"]["actionId"], json!(action_id));
+
+    // Once the page runs again it reports what became of the late command; the
+    // record settles either way and agrees with the DOM.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let record = loop {
+        let r = w.ok("web-execution", w.args(&page, json!({"operation": "result", "actionId": action_id})));
+        if r["settled"] == json!(true) {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "the late action never settled: {r}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let name = w.eval(&page, "document.querySelector('#name').value");
+    match record["state"].as_str() {
+        Some("settled") if record["result"]["ok"] == json!(true) => assert_eq!(name, json!("Grace Hopper")),
+        Some("settled" | "rejected") => assert_eq!(name, json!(""), "a refused or cancelled click must not have run: {record}"),
+        other => panic!("unexpected state {other:?}: {record}"),
+    }
+    let reconciled = w.ok("web-execution", w.args(&page, json!({"operation": "reconcile"})));
+    assert_eq!(reconciled["unresolved"], json!(0), "{reconciled}");
+}
+
+#[test]
+fn web_closed_tab_leaves_action_unresolved_until_reconcile() {
+    let mut w = Web::start();
+    let session = "close-tab-session-0001";
+    let page = w.open("form.html", Some(session));
+    let args = w.args(&page, json!({"name": "action", "arguments": {"name": "slowSave", "arguments": {"delayMs": 8000}}, "timeoutMs": 20000}));
+    let status_args = w.args(&page, json!({"operation": "status"}));
+    let (env, chrome) = (&w.env, &mut w.chrome);
+    let (body, run) = std::thread::scope(|scope| {
+        let pending = scope.spawn(|| run_env(env, "web-command", args.clone(), &[]));
+        // Close the tab while the app action runs.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let status = ok_env(env, "web-execution", status_args.clone());
+            if status["actions"].as_array().is_some_and(|a| a.iter().any(|r| r["state"] == json!("dispatched"))) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the action was never dispatched: {status}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        chrome.close(&page.tab);
+        pending.join().expect("web-command thread")
+    });
+    let facts = error_facts(&body).clone();
+    w.env.check(error_code(&body) == Some("web_connection_lost"), &run, "closing the tab loses the action's connection");
+    w.env.check(facts["ambiguous"] == json!(true) && facts["dispatched"] == json!(true), &run, "the outcome is unknown after dispatch");
+    let action_id = facts["details"]["actionId"].as_str().expect("actionId").to_string();
+    let status = w.ok("web-execution", w.args(&page, json!({"operation": "status", "actionId": action_id})));
+    assert_eq!(status["actions"][0]["state"], json!("unresolved"), "{status}");
+    assert_eq!(w.ok("web-execution", w.args(&page, json!({"operation": "reconcile"})))["unresolved"], json!(1));
+
+    // The same session comes back in a new tab (a new document): the SDK reports what
+    // its journal knows about the interrupted action, and reconcile settles it.
+    let back = w.open("form.html", Some(session));
+    assert_eq!(back.session_id, session);
+    assert_ne!(back.runtime_epoch, page.runtime_epoch);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let reconciled = loop {
+        let r = w.ok("web-execution", w.args(&back, json!({"operation": "reconcile", "actionId": action_id})));
+        if r["unresolved"] == json!(0) {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "the interrupted action never settled: {r}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let action = &reconciled["actions"][0];
+    assert_eq!(action["state"], json!("settled"), "{reconciled}");
+    assert_eq!(action["completion"]["error"], json!("web_action_interrupted"));
+    assert_eq!(action["completion"]["ambiguous"], json!(true));
+    let result = w.ok("web-execution", w.args(&back, json!({"operation": "result", "actionId": action_id})));
+    assert_eq!(result["settled"], json!(true));
+}
+
+#[test]
+fn web_capture_sequence_gap_makes_coverage_partial() {
+    let mut w = Web::start();
+    let page = w.open("form.html", None);
+    let first = w.ok("web-logs", w.target(&page));
+    let watermark = first["watermarkCursor"].as_str().unwrap().to_string();
+    // A record over the page's 124 KiB limit is dropped by the SDK: its sequence
+    // number is never delivered.
+    w.eval(&page, "sampleApp.bridge.recordLog({message: 'before'}); sampleApp.bridge.recordLog({message: 'x', data: 'y'.repeat(200000)}); sampleApp.bridge.recordLog({message: 'after'}); true");
+    let logs = w.ok("web-logs", w.args(&page, json!({"factCursor": watermark})));
+    let coverage = &logs["coverage"];
+    let reasons: Vec<&str> = coverage["reasons"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(reasons.contains(&"web_capture_sequence_gap"), "{coverage}");
+    assert!(reasons.contains(&"web_capture_loss"), "{coverage}");
+    assert_eq!(coverage["gap"], json!(true));
+    let expected_status = if coverage["committed"] == json!(true) { "partial" } else { "unavailable" };
+    assert_eq!(coverage["status"], json!(expected_status), "{coverage}");
+    let messages: Vec<&str> = logs["records"].as_array().unwrap().iter().filter_map(|r| r["item"]["message"].as_str()).collect();
+    assert_eq!(messages, ["before", "after"], "{logs}");
+    // The page's own count agrees.
+    assert_eq!(w.eval(&page, "sampleApp.bridge.transportStatus().losses"), json!(1));
+}
+
+#[test]
+fn web_five_thousand_controls_stay_within_limits() {
+    let mut w = Web::start();
+    let page = w.open("form.html", None);
+    w.eval(
+        &page,
+        "(() => { const box = document.createElement('div'); let h = ''; for (let i = 0; i < 5000; i++) h += `<button id=\"b${i}\">Item ${i}</button>`; box.innerHTML = h; document.body.appendChild(box); return document.querySelectorAll('button').length; })()",
+    );
+    let dom = w.dom(&page);
+    assert!(dom["dom"]["controlCount"].as_u64().unwrap() >= 5000, "{}", dom["dom"]["controlCount"]);
+    assert_eq!(dom["dom"]["controls"].as_array().unwrap().len(), 200);
+    assert_eq!(dom["dom"]["truncated"], json!(true));
+    assert!(dom["dom"]["bodyText"].as_str().unwrap().chars().count() <= 20000);
+    assert_eq!(dom["dom"]["bodyTextTruncated"], json!(true));
+    // The most the page may describe, within one 256 KiB message and the reply budget.
+    let (body, run) = w.run_with("web-dom", w.args(&page, json!({"maxControls": 1000})), &["--output", "{\"maxBytes\":262144}"]);
+    w.env.check(run.exit() == 0, &run, "web-dom maxControls 1000 must be delivered");
+    let controls = body["value"]["dom"]["controls"].as_array().unwrap().len();
+    assert!((1..=1000).contains(&controls), "{controls}");
+    assert_eq!(body["value"]["dom"]["truncated"], json!(true));
+    assert!(run.stdout.len() <= 262144, "reply of {} bytes", run.stdout.len());
+    // A text selector would scan every control: refused instead of guessing.
+    w.fails("web-click", w.args(&page, json!({"selector": {"text": "Item 4999"}})), "web_selector_scan_limit", false);
+    // An observed elementId still works.
+    let c = &body["value"]["dom"]["controls"].as_array().unwrap()[controls - 1];
+    assert!(c["elementId"].as_str().is_some());
+}
+
+#[test]
+fn web_mcp_surface_drives_the_same_page() {
+    let mut w = Web::start();
+    let page = w.open("list.html", None);
+    let target = w.target(&page);
+    let mut mcp = w.env.mcp();
+    let run = |mcp: &mut aab_e2e::Mcp<'_>, command: &str, arguments: Value| {
+        let (body, is_error) = mcp.call_tool("run", json!({"command": command, "arguments": arguments, "extract": null}));
+        (body, is_error)
+    };
+    let mut args = target.clone();
+    args["selector"] = json!({"css": "#new-item"});
+    args["value"] = json!("Tea");
+    let (body, is_error) = run(&mut mcp, "web-input", args);
+    assert!(!is_error, "{body}");
+    let mut args = target.clone();
+    args["selector"] = json!({"text": "Add", "tag": "button"});
+    let (body, is_error) = run(&mut mcp, "web-click", args);
+    assert!(!is_error, "{body}");
+    let (body, is_error) = run(&mut mcp, "web-click", json!({"sessionId": page.session_id, "runtimeEpoch": page.runtime_epoch, "selector": {"text": "Remove"}}));
+    assert!(is_error);
+    assert_eq!(error_code(&body), Some("web_element_ambiguous"));
+    drop(mcp);
+    assert_eq!(w.eval(&page, "[...document.querySelectorAll('#items li span')].map(s => s.textContent).join(',')"), json!("Bread,Milk,Coffee,Tea"));
+}
+
+#[test]
+fn web_demo_drives_the_sample_app_and_stops_what_it_started() {
+    if aab_e2e::chromium::find_chromium().is_none() {
+        panic!("Chromium is required for `aab demo`; install it with: apt-get install -y chromium");
+    }
+    let env = TestEnv::new();
+    env.install_plugin("aab_plugin_web", "web");
+    let run = env.aab_with_timeout(&["demo"], &[], Duration::from_secs(120));
+    env.check(run.exit() == 0, &run, "`aab demo` must succeed");
+    for expected in ["web-dom:", "web-input #name = \"Ada Lovelace\"", "web-click: pressed Save", "Saved #1 for Ada Lovelace.", "POST /sample/api/submit", "Stopped the runtime."] {
+        env.check(run.stdout.contains(expected), &run, &format!("the demo output must mention {expected:?}"));
+    }
+    env.check(!run.stdout.contains("correct horse"), &run, "the demo must not print the password");
+    // The demo stopped the runtime it started: nothing of this test still runs.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !env.live_processes().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    env.check(env.live_processes().is_empty(), &run, "the demo must stop the runtime it started");
+}
