@@ -1,15 +1,13 @@
 #!/usr/bin/env bash
-# The main job on a fresh machine: build aab and its plugins, start the shared
-# runtime, and show what it serves. (The Web demo in real Chromium arrives with
-# the Web provider; then this script runs `aab demo`.)
+# The main job on a fresh machine: install Chromium if needed, build aab and its
+# plugins, then run `aab demo` — it starts the runtime, serves the sample web app,
+# opens it in headless Chromium and drives it through observation, input, click,
+# wait and capture reads, printing each step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "Chromium is missing; installing it (apt-get install -y chromium)"
+  apt-get update -qq && apt-get install -y -qq chromium
+fi
 cargo build --release --locked
-AAB=target/release/aab
-echo "== aab version";            $AAB --version
-echo "== plugins";                $AAB plugins list
-echo "== start the runtime";      $AAB runtime --operation start
-echo "== a bad argument is refused before anything runs"
-$AAB runtime --operation restart || true
-echo "== discovery";              $AAB --help runtime
-echo "== stop the runtime";       $AAB runtime --operation stop
+exec target/release/aab demo "$@"

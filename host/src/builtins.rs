@@ -8,6 +8,8 @@ use serde_json::{Value, json};
 
 pub const RUNTIME: &str = "runtime";
 pub const DEVICE_OWNERSHIP: &str = "device-ownership";
+pub const EVIDENCE: &str = "evidence";
+pub const RESPONSE: &str = "response";
 
 fn spec(command: &str, summary: &str, mutation: Mutation, mutating: &[&str], input_schema: Value) -> CommandSpec {
     CommandSpec {
@@ -57,7 +59,67 @@ pub fn specs() -> Vec<CommandSpec> {
     ownership.role = "capability".into();
     ownership.target_kind = "device".into();
     ownership.max_timeout_ms = 30_000;
+    let mut evidence = spec(
+        EVIDENCE,
+        "Export an operation's execution evidence as a verifiable archive, or verify an archive offline",
+        Mutation::None,
+        &[],
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "operation": {"type": "string", "enum": ["export", "verify"], "description": "export: write records.json + manifest.json for one operation; verify: recompute an archive offline (no runtime, no store)"},
+                "namespace": {"type": "string", "enum": ["intent", "script", "response"], "description": "evidence namespace (export)"},
+                "operationId": {"type": "string", "minLength": 1, "maxLength": 256, "description": "the operation whose evidence to export"},
+                "outputDir": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "new directory to create (its parent must exist); relative to the caller's cwd"},
+                "includeRecordedPayloads": {"type": "boolean", "description": "also copy recorded payload files (archive v2)"},
+                "archiveDir": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "archive to verify; relative to the caller's cwd"},
+                "manifestSha256": {"type": "string", "pattern": "^[0-9a-f]{64}$", "description": "sha256 of manifest.json as reported by export"}
+            },
+            "required": ["operation"],
+            "oneOf": [
+                {"properties": {"operation": {"const": "export"}}, "required": ["namespace", "operationId", "outputDir"]},
+                {"properties": {"operation": {"const": "verify"}}, "required": ["archiveDir", "manifestSha256"]}
+            ]
+        }),
+    );
+    evidence.domain = "evidence".into();
+    evidence.role = "evidence".into();
+    evidence.target_kind = "operation".into();
+    evidence.max_timeout_ms = 600_000;
+    evidence.default_timeout_ms = 120_000;
+    let mut response = spec(
+        RESPONSE,
+        "Re-extract a stored response snapshot by its unchanged ref, without touching a device",
+        Mutation::None,
+        &[],
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "operation": {"type": "string", "enum": ["read"]},
+                "ref": {
+                    "type": "object",
+                    "additionalProperties": false,
+                    "properties": {
+                        "namespace": {"const": "response"},
+                        "evidenceId": {"type": "string", "minLength": 1, "maxLength": 512},
+                        "checksum": {"type": "string", "minLength": 1, "maxLength": 128},
+                        "operationId": {"type": "string", "minLength": 1, "maxLength": 256}
+                    },
+                    "required": ["namespace", "evidenceId", "checksum", "operationId"],
+                    "description": "control.source.ref of the original reply, unchanged"
+                }
+            },
+            "required": ["operation", "ref"]
+        }),
+    );
+    response.domain = "evidence".into();
+    response.role = "evidence".into();
+    response.target_kind = "operation".into();
     vec![
+        evidence,
+        response,
         spec(
             RUNTIME,
             "Start, inspect or stop the shared local runtime, or cancel a queued or running request",

@@ -102,6 +102,11 @@ impl Client {
         }
         if parsed.command == builtins::RUNTIME {
             let op = arguments.get("operation").and_then(Value::as_str).unwrap_or("status");
+            // Extraction is checked before the operation runs, like every command.
+            let plan = match crate::reply::plan(&parsed.extract, cwd) {
+                Ok(p) => p,
+                Err(e) => return crate::reply::rejection(Some(&parsed.command), &e),
+            };
             let result = match op {
                 "status" => self.runtime_status(),
                 "stop" => self.runtime_stop(),
@@ -119,7 +124,20 @@ impl Client {
                 _ => self.ensure_running().and_then(|_| self.runtime_status()),
             };
             return match result {
-                Ok(v) => crate::reply::assemble(&parsed.command, crate::reply::ExecOutcome::Json(v), Default::default(), &parsed.extract, parsed.output_max_bytes),
+                Ok(v) => crate::reply::assemble(&parsed.command, crate::reply::ExecOutcome::Json(v), Default::default(), &plan, parsed.output_max_bytes),
+                Err(e) => crate::reply::failure(&parsed.command, e),
+            };
+        }
+        // `evidence verify` is offline: no runtime, no store.
+        if parsed.command == builtins::EVIDENCE && arguments.get("operation").and_then(Value::as_str) == Some("verify") {
+            let dir = cwd.join(arguments.get("archiveDir").and_then(Value::as_str).unwrap_or_default());
+            let sha = arguments.get("manifestSha256").and_then(Value::as_str).unwrap_or_default();
+            let plan = match crate::reply::plan(&parsed.extract, cwd) {
+                Ok(p) => p,
+                Err(e) => return crate::reply::rejection(Some(&parsed.command), &e),
+            };
+            return match crate::facts::verify_archive(&dir, sha) {
+                Ok(v) => crate::reply::assemble(&parsed.command, crate::reply::ExecOutcome::Json(v), Default::default(), &plan, parsed.output_max_bytes),
                 Err(e) => crate::reply::failure(&parsed.command, e),
             };
         }

@@ -15,6 +15,7 @@ pub mod client;
 pub mod config;
 pub mod digest;
 pub mod error;
+pub mod facts;
 pub mod ids;
 pub mod ownership;
 pub mod pipeline;

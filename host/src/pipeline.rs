@@ -21,6 +21,7 @@ use crate::admission::{self, ActiveRequests, Cancel, CancelReason, Claim, Idempo
 use crate::builtins;
 use crate::client::PublicReply;
 use crate::error::CommandError;
+use crate::facts::Facts;
 use crate::ownership::Ownership;
 use crate::plugins::Catalog;
 use crate::registry::request::parse_public_request;
@@ -41,6 +42,7 @@ pub struct ExecutionHost {
     pub catalog: Catalog,
     pub runtime_id: String,
     pub ownership: Ownership,
+    pub facts: Facts,
     lanes: Lanes,
     idempotency: Idempotency,
     pub active: ActiveRequests,
@@ -85,11 +87,12 @@ fn device_of(command: &RegisteredCommand, arguments: &Value) -> Result<Option<St
 }
 
 impl ExecutionHost {
-    pub fn new(catalog: Catalog, runtime_id: String, ownership: Ownership) -> ExecutionHost {
+    pub fn new(catalog: Catalog, runtime_id: String, ownership: Ownership, facts: Facts) -> ExecutionHost {
         ExecutionHost {
             catalog,
             runtime_id,
             ownership,
+            facts,
             lanes: Lanes::default(),
             idempotency: Idempotency::default(),
             active: ActiveRequests::default(),
@@ -108,6 +111,17 @@ impl ExecutionHost {
         let command = match self.catalog.registry.validate(&parsed.command, &arguments) {
             Ok(c) => c,
             Err(e) => return reply::rejection(Some(&parsed.command), &e),
+        };
+        // Pre-dispatch extraction checks (a script is frozen and syntax-checked in a
+        // child process, so off the async workers).
+        let plan = {
+            let extract = parsed.extract.clone();
+            let dir = std::path::PathBuf::from(&cwd);
+            match tokio::task::spawn_blocking(move || reply::plan(&extract, &dir)).await {
+                Ok(Ok(p)) => p,
+                Ok(Err(e)) => return reply::rejection(Some(&parsed.command), &e),
+                Err(e) => return reply::rejection(Some(&parsed.command), &CommandError::new("extraction_worker_failed", e.to_string())),
+            }
         };
         let mutation = is_mutation(command, &arguments);
         let device = if mutation {
@@ -134,15 +148,17 @@ impl ExecutionHost {
             Some(Claim::Reuse(rx)) => {
                 let outcome = admission::await_outcome(rx).await;
                 let mut ctl = Map::new();
-                ctl.insert("history".into(), reply::history_unavailable());
+                let history = self.history(&target_key, &crate::ids::uuid_v4(), &parsed.command, &arguments, &outcome).await;
+                ctl.insert("history".into(), history);
                 ctl.insert("idempotency".into(), json!({"requestId": request_id, "reused": true}));
-                return reply::assemble(&parsed.command, outcome, ctl, &parsed.extract, parsed.output_max_bytes);
+                return self.finish(parsed.command.clone(), outcome, ctl, plan, parsed.output_max_bytes).await;
             }
             Some(Claim::Execute(tx)) => Some(tx),
             None => None,
         };
 
         let cancel = Cancel::default();
+        let action_id = crate::ids::uuid_v4();
         let active_id = self.active.register(request_id.as_deref(), cancel.clone());
         let started = Instant::now();
         let outcome = match self.lanes.admit(admission_key.as_deref(), deadline, &cancel).await {
@@ -150,7 +166,7 @@ impl ExecutionHost {
             Ok(_lane) => {
                 self.active.mark_admitted(active_id);
                 let queue_wait = started.elapsed();
-                let outcome = self.dispatch(command, &parsed.command, arguments.clone(), cwd, deadline, &cancel, device, control).await;
+                let outcome = self.dispatch(command, &parsed.command, arguments.clone(), cwd, deadline, &cancel, device, &action_id, control).await;
                 tracing::debug!(command = %parsed.command, queue_ms = queue_wait.as_millis() as u64, "settled");
                 outcome
             }
@@ -161,8 +177,48 @@ impl ExecutionHost {
             self.idempotency.settle(&target_key, rid, tx, outcome.clone());
         }
         let mut ctl = Map::new();
-        ctl.insert("history".into(), reply::history_unavailable());
-        reply::assemble(&parsed.command, outcome, ctl, &parsed.extract, parsed.output_max_bytes)
+        // History is written after the action settled; a failed write is reported in
+        // `control.history` and never retries or rewrites the action.
+        let history = self.history(&target_key, &action_id, &parsed.command, &arguments, &outcome).await;
+        ctl.insert("history".into(), history);
+        self.finish(parsed.command.clone(), outcome, ctl, plan, parsed.output_max_bytes).await
+    }
+
+    async fn history(&self, target_key: &str, action_id: &str, command: &str, arguments: &Value, outcome: &ExecOutcome) -> Value {
+        let (status, error, dispatched, ambiguous) = match outcome {
+            ExecOutcome::Failed(e) => (if e.ambiguous { "ambiguous" } else { "failed" }, Some(e.code.clone()), e.dispatched, e.ambiguous),
+            _ => ("completed", None, None, false),
+        };
+        let execution = json!({
+            "command": command, "status": status, "args": arguments, "error": error,
+            "dispatched": dispatched, "ambiguous": ambiguous, "runtimeEpoch": self.runtime_id,
+        });
+        let facts = self.facts.clone();
+        let (target_key, action_id) = (target_key.to_string(), action_id.to_string());
+        let fallback = action_id.clone();
+        tokio::task::spawn_blocking(move || facts.record_history(&target_key, &action_id, &execution))
+            .await
+            .unwrap_or_else(|e| json!({"schema": "aab.command-history/v1", "status": "unavailable", "replayed": false, "actionId": fallback, "errors": [{"error": "history_write_failed", "message": e.to_string()}]}))
+    }
+
+    /// Assemble the public reply off the async workers: a script extraction runs
+    /// its child and a response snapshot is written durably (the command has
+    /// completed and released its target by now).
+    async fn finish(&self, command: String, outcome: ExecOutcome, control: Map<String, Value>, plan: reply::ExtractPlan, max_bytes: usize) -> PublicReply {
+        let name = command.clone();
+        let facts = self.facts.clone();
+        let stored = matches!(outcome, ExecOutcome::Stored { .. });
+        let assembled = tokio::task::spawn_blocking(move || {
+            let sink = |id: &str, snapshot: &Value| facts.save_snapshot(id, snapshot);
+            // A response read never saves another snapshot.
+            let sink: Option<reply::SnapshotSink<'_>> = if stored { None } else { Some(&sink) };
+            reply::assemble_with_sink(&command, outcome, control, &plan, max_bytes, sink)
+        })
+        .await;
+        match assembled {
+            Ok(reply) => reply,
+            Err(e) => reply::failure(&name, CommandError::ambiguous("reply_assembly_failed", format!("reply assembly failed: {e}"))),
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -175,16 +231,17 @@ impl ExecutionHost {
         deadline: Instant,
         cancel: &Cancel,
         device: Option<String>,
+        action_id: &str,
         control: &dyn RuntimeControl,
     ) -> ExecOutcome {
         let plugin = match &command.origin {
-            CommandOrigin::Host => return self.builtin(name, &arguments, deadline, control).await,
+            CommandOrigin::Host => return self.builtin(name, &arguments, &cwd, deadline, control).await,
             CommandOrigin::Plugin { name, .. } => name.clone(),
         };
         let Some(module) = self.catalog.modules.get(&plugin).copied() else {
             return ExecOutcome::Failed(CommandError::new("plugin_unavailable", format!("plugin `{plugin}` is not loaded")));
         };
-        let action_id = crate::ids::uuid_v4();
+        let action_id = action_id.to_string();
         let guard = match &device {
             None => None,
             Some(serial) => {
@@ -214,6 +271,7 @@ impl ExecutionHost {
             arguments,
             cwd,
             runtime_id: &self.runtime_id,
+            facts: self.facts.clone(),
             action_id: action_id.clone(),
             timeout: timeout_of(command, &arguments_for_timeout),
             deadline,
@@ -249,7 +307,7 @@ impl ExecutionHost {
         outcome
     }
 
-    async fn builtin(&self, name: &str, arguments: &Value, deadline: Instant, control: &dyn RuntimeControl) -> ExecOutcome {
+    async fn builtin(&self, name: &str, arguments: &Value, cwd: &str, deadline: Instant, control: &dyn RuntimeControl) -> ExecOutcome {
         let op = arguments.get("operation").and_then(Value::as_str).unwrap_or("status");
         match (name, op) {
             (builtins::RUNTIME, "stop") => {
@@ -263,6 +321,45 @@ impl ExecutionHost {
             }
             (builtins::RUNTIME, _) => ExecOutcome::Json(control.status()),
             (builtins::DEVICE_OWNERSHIP, op) => self.device_ownership(op, arguments, deadline).await,
+            (builtins::EVIDENCE, op) => {
+                let facts = self.facts.clone();
+                let args = arguments.clone();
+                let cwd = std::path::PathBuf::from(cwd);
+                let op = op.to_string();
+                blocking(move || {
+                    let path = |k: &str| cwd.join(args.get(k).and_then(Value::as_str).unwrap_or_default());
+                    let text = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+                    if op == "verify" {
+                        crate::facts::verify_archive(&path("archiveDir"), &text("manifestSha256"))
+                    } else {
+                        let include = args.get("includeRecordedPayloads").and_then(Value::as_bool).unwrap_or(false);
+                        facts.export(&text("namespace"), &text("operationId"), &path("outputDir"), include)
+                    }
+                })
+                .await
+            }
+            (builtins::RESPONSE, _) => {
+                let facts = self.facts.clone();
+                let reference = arguments.get("ref").cloned().unwrap_or(Value::Null);
+                match tokio::task::spawn_blocking(move || facts.read_snapshot(&reference)).await {
+                    Ok(Ok(saved)) => {
+                        let snap = saved.snapshot;
+                        ExecOutcome::Stored {
+                            kind: snap.get("kind").and_then(Value::as_str).unwrap_or("json").to_string(),
+                            value: snap.get("value").cloned().unwrap_or(Value::Null),
+                            origin: json!({
+                                "identity": snap.get("identity"),
+                                "execution": snap.get("execution"),
+                                "ref": saved.reference.to_json(),
+                                "committedAtMs": saved.committed_at_ms,
+                                "representation": saved.representation.to_json(),
+                            }),
+                        }
+                    }
+                    Ok(Err(e)) => ExecOutcome::Failed(e),
+                    Err(e) => ExecOutcome::Failed(CommandError::new("fact_store_unavailable", e.to_string())),
+                }
+            }
             _ => ExecOutcome::Failed(CommandError::new("unknown_command", format!("no host implementation for `{name}`"))),
         }
     }
@@ -309,7 +406,7 @@ impl ExecutionHost {
             return unresolved(json!({"reason": "provider_unavailable", "plugin": plugin}));
         };
         let request = json!({"pending": pending, "serial": serial});
-        let answer = match call_hook(module, &plugin, "reconcile", &request, deadline, &self.runtime_id).await {
+        let answer = match call_hook(module, &plugin, "reconcile", &request, deadline, &self.runtime_id, self.facts.clone()).await {
             Ok(v) => v,
             Err(e) => return unresolved(json!({"reason": "provider_error", "error": e.to_json()})),
         };
@@ -353,6 +450,7 @@ pub struct PluginCall<'a> {
     pub arguments: Value,
     pub cwd: String,
     pub runtime_id: &'a str,
+    pub facts: Facts,
     pub action_id: String,
     pub request_id: Option<String>,
     /// The command's configured timeout (the deadline may already be shorter
@@ -363,8 +461,12 @@ pub struct PluginCall<'a> {
 }
 
 /// JSON services a plugin may call through `Context::host_call`.
-fn host_service(plugin: String, runtime_id: String) -> impl Fn(&str, &str) -> Result<String, String> + Send + Sync {
+fn host_service(plugin: String, runtime_id: String, facts: Facts) -> impl Fn(&str, &str) -> Result<String, String> + Send + Sync {
     move |method, params| match method {
+        "facts.append" | "facts.read" => {
+            let params: Value = serde_json::from_str(params).map_err(|e| json!({"error": "invalid_argument", "message": format!("params are not JSON: {e}")}).to_string())?;
+            facts.service(method, &params).map(|v| v.to_string()).map_err(|e| e.to_json().to_string())
+        }
         "host.info" => Ok(json!({
             "hostVersion": crate::HOST_VERSION,
             "pluginApi": aab_plugin_api::protocol::PLUGIN_API_VERSION,
@@ -380,21 +482,21 @@ fn host_service(plugin: String, runtime_id: String) -> impl Fn(&str, &str) -> Re
     }
 }
 
-fn callbacks(plugin: &str, runtime_id: &str, deadline: Instant, cancelled: Arc<AtomicBool>, dispatched: Arc<AtomicBool>) -> aab_plugin_api::abi::HostCallbacksRef {
+fn callbacks(plugin: &str, runtime_id: &str, facts: Facts, deadline: Instant, cancelled: Arc<AtomicBool>, dispatched: Arc<AtomicBool>) -> aab_plugin_api::abi::HostCallbacksRef {
     let log_name = plugin.to_string();
     loader::host_callbacks(CallState {
         deadline,
         cancelled,
         dispatched,
         logger: Box::new(move |level, message| tracing::info!(plugin = %log_name, level, "{message}")),
-        service: Box::new(host_service(plugin.to_string(), runtime_id.to_string())),
+        service: Box::new(host_service(plugin.to_string(), runtime_id.to_string(), facts)),
     })
 }
 
 /// Call a plugin hook (e.g. `reconcile`) under a deadline.
-pub async fn call_hook(module: LoadedModule, plugin: &str, method: &str, request: &Value, deadline: Instant, runtime_id: &str) -> Result<Value, CommandError> {
+pub async fn call_hook(module: LoadedModule, plugin: &str, method: &str, request: &Value, deadline: Instant, runtime_id: &str, facts: Facts) -> Result<Value, CommandError> {
     let flag = Arc::new(AtomicBool::new(false));
-    let host = callbacks(plugin, runtime_id, deadline, flag.clone(), Arc::new(AtomicBool::new(false)));
+    let host = callbacks(plugin, runtime_id, facts, deadline, flag.clone(), Arc::new(AtomicBool::new(false)));
     let method = method.to_string();
     let body = request.to_string();
     let handle = tokio::task::spawn_blocking(move || module.call(&method, &body, &host));
@@ -418,7 +520,7 @@ pub async fn call_hook(module: LoadedModule, plugin: &str, method: &str, request
 pub async fn invoke_plugin(call: PluginCall<'_>) -> ExecOutcome {
     let dispatched = Arc::new(AtomicBool::new(false));
     let cancelled_flag = Arc::new(AtomicBool::new(false));
-    let host = callbacks(call.plugin, call.runtime_id, call.deadline, cancelled_flag.clone(), dispatched.clone());
+    let host = callbacks(call.plugin, call.runtime_id, call.facts.clone(), call.deadline, cancelled_flag.clone(), dispatched.clone());
     let timeout_ms = call.timeout.as_millis() as u64;
     let invocation = Invocation {
         schema: INVOCATION_SCHEMA.into(),

@@ -10,9 +10,50 @@ use serde_json::{Map, Value, json};
 
 use crate::client::PublicReply;
 use crate::error::CommandError;
-use crate::registry::request::Extract;
+use crate::registry::request::{Extract, RegexExtract};
 
 pub const DEFAULT_OUTPUT_BYTES: usize = 96 * 1024;
+
+/// The extraction to apply once the command completed, checked before dispatch.
+#[derive(Clone, Debug)]
+pub enum ExtractPlan {
+    None,
+    Regex(RegexExtract),
+    /// A script whose source is frozen and whose syntax was checked without
+    /// running it; it runs in a fresh child after the command completed.
+    Script(aab_extract::PreparedScript),
+}
+
+impl ExtractPlan {
+    /// Whether applying it blocks (runs a child process).
+    pub fn is_blocking(&self) -> bool {
+        matches!(self, ExtractPlan::Script(_))
+    }
+}
+
+/// Pre-dispatch extraction checks: regexes were compiled while parsing; a script is
+/// frozen and syntax-checked here (never executing top-level code). Blocking for
+/// scripts: call it off the async workers. A failure is a validation rejection.
+pub fn plan(extract: &Extract, cwd: &std::path::Path) -> Result<ExtractPlan, CommandError> {
+    match extract {
+        Extract::None => Ok(ExtractPlan::None),
+        Extract::Regex(r) => Ok(ExtractPlan::Regex(r.clone())),
+        Extract::Script(s) => {
+            let language = aab_extract::Language::from_name(s.language.name()).expect("request languages are extractor languages");
+            let spec = aab_extract::ScriptSpec { language, source: s.source.clone(), source_path: s.source_path.clone(), timeout_ms: s.timeout_ms };
+            aab_extract::prepare(spec, cwd).map(ExtractPlan::Script).map_err(|e| {
+                let mut err = CommandError::new(e.code, e.message.clone());
+                if let Some(f) = e.field {
+                    err = err.with_field(f);
+                }
+                if let Some(d) = e.diagnostic.clone() {
+                    err = err.with_details(json!({"diagnostic": d}));
+                }
+                err
+            })
+        }
+    }
+}
 
 /// What a command produced before extraction and delivery.
 #[derive(Clone, Debug)]
@@ -22,7 +63,13 @@ pub enum ExecOutcome {
     Text(String),
     Bytes(Vec<u8>),
     Failed(CommandError),
+    /// A stored snapshot read back (`response read`): its own execution is
+    /// `{ok:true, dispatched:false, ambiguous:false}`; `kind` as stored.
+    Stored { kind: String, value: Value, origin: Value },
 }
+
+/// Persists a response snapshot: `(responseId, snapshot) → ref`.
+pub type SnapshotSink<'a> = &'a dyn Fn(&str, &Value) -> Result<Value, CommandError>;
 
 const EXECUTION_KEYS: &[&str] = &[
     "ok", "error", "message", "field", "details", "dispatched", "ambiguous", "settled", "executionReceipt", "executionReceipts", "exitCode", "target", "matched",
@@ -63,11 +110,28 @@ pub fn rejection(command: Option<&str>, error: &CommandError) -> PublicReply {
 
 /// A host-local JSON result (plugins list, offline runtime status).
 pub fn local_value(command: &str, value: Value) -> PublicReply {
-    assemble(command, ExecOutcome::Json(value), Map::new(), &Extract::None, DEFAULT_OUTPUT_BYTES)
+    assemble(command, ExecOutcome::Json(value), Map::new(), &ExtractPlan::None, DEFAULT_OUTPUT_BYTES)
 }
 
 /// Build the public reply for an executed (or failed) command.
-pub fn assemble(command: &str, outcome: ExecOutcome, mut control: Map<String, Value>, extract: &Extract, max_bytes: usize) -> PublicReply {
+/// Blocking when `extract` is a script (it runs the extraction child): call it off
+/// the async workers then.
+pub fn assemble(command: &str, outcome: ExecOutcome, control: Map<String, Value>, extract: &ExtractPlan, max_bytes: usize) -> PublicReply {
+    assemble_with_sink(command, outcome, control, extract, max_bytes, None)
+}
+
+/// [`assemble`] that persists a response snapshot through `sink` when the contract
+/// asks for one: always when an extraction is requested (so the original can be
+/// re-extracted later), and for `extract:null` when the value does not fit the
+/// budget (the reply then carries the ref instead of a cut value).
+pub fn assemble_with_sink(
+    command: &str,
+    outcome: ExecOutcome,
+    mut control: Map<String, Value>,
+    extract: &ExtractPlan,
+    max_bytes: usize,
+    sink: Option<SnapshotSink<'_>>,
+) -> PublicReply {
     let mut execution = Map::new();
     let (kind, value) = match outcome {
         ExecOutcome::Failed(e) => {
@@ -100,17 +164,81 @@ pub fn assemble(command: &str, outcome: ExecOutcome, mut control: Map<String, Va
             execution.insert("ok".into(), Value::Bool(true));
             ("bytes", Some(Value::String(base64::engine::general_purpose::STANDARD.encode(b))))
         }
+        ExecOutcome::Stored { kind, value, origin } => {
+            // The original facts travel in control.origin; the extractor cannot alter them.
+            control.insert("origin".into(), origin);
+            execution.insert("ok".into(), Value::Bool(true));
+            execution.insert("dispatched".into(), Value::Bool(false));
+            execution.insert("ambiguous".into(), Value::Bool(false));
+            let kind: &'static str = match kind.as_str() {
+                "text" => "text",
+                "bytes" => "bytes",
+                _ => "json",
+            };
+            (kind, Some(value))
+        }
     };
-    control.entry("source").or_insert_with(base_source);
+    let mut source = match control.remove("source") {
+        Some(Value::Object(m)) => m,
+        _ => match base_source() {
+            Value::Object(m) => m,
+            _ => unreachable!("source is an object"),
+        },
+    };
+    let response_id = source.get("responseId").and_then(Value::as_str).unwrap_or_default().to_string();
+    let captured_at = source.get("capturedAtMs").cloned().unwrap_or(Value::Null);
+    // The snapshot is taken of the original value before any extraction.
+    let snapshot_base = json!({
+        "kind": kind,
+        "execution": Value::Object(execution.clone()),
+        "control": Value::Object(control.clone()),
+        "identity": {"command": command, "responseId": response_id, "capturedAtMs": captured_at},
+    });
+    let snapshot = |value: &Value| {
+        let mut snap = snapshot_base.clone();
+        snap["value"] = value.clone();
+        snap
+    };
+    let persist = |value: &Value, source: &mut Map<String, Value>| -> Option<Value> {
+        let sink = sink?;
+        if kind == "bytes" {
+            source.insert("persisted".into(), json!(false));
+            source.insert("reason".into(), json!("binary_snapshot_unsupported"));
+            return None;
+        }
+        match sink(&response_id, &snapshot(value)) {
+            Ok(r) => {
+                source.insert("persisted".into(), json!(true));
+                source.remove("reason");
+                source.insert("ref".into(), r.clone());
+                Some(r)
+            }
+            Err(e) => {
+                source.insert("persisted".into(), json!(false));
+                source.insert("reason".into(), json!("store_error"));
+                source.insert("error".into(), json!({"error": e.code, "message": e.message}));
+                None
+            }
+        }
+    };
+    let mut reference: Option<Value> = None;
+    if !matches!(extract, ExtractPlan::None) {
+        if let Some(v) = &value {
+            reference = persist(v, &mut source);
+        }
+    }
+    let original_for_budget = if matches!(extract, ExtractPlan::None) { value.clone() } else { None };
+    control.insert("source".into(), Value::Object(source.clone()));
 
     let execution_failed = execution.get("ok") != Some(&Value::Bool(true)) || execution.get("ambiguous") == Some(&Value::Bool(true));
     let mut failure_stage: Option<&str> = execution_failed.then_some("execution");
 
     // Extraction runs only on a completed command.
     let (extraction, value) = match (extract, value, execution_failed) {
-        (Extract::None, v, _) => (json!({"status": "skipped"}), v),
+        (ExtractPlan::None, v, _) => (json!({"status": "skipped"}), v),
         (_, v, true) => (json!({"status": "skipped", "reason": "execution_failed"}), v),
-        (Extract::Regex(spec), Some(v), false) => {
+        (_, None, false) => (json!({"status": "skipped"}), None),
+        (ExtractPlan::Regex(spec), Some(v), false) => {
             let started = Instant::now();
             match crate::registry::extract::apply_regex(spec, kind, &v) {
                 Ok(matches) => (json!({"status": "succeeded", "mode": "regex", "durationMs": started.elapsed().as_millis() as u64}), Some(matches)),
@@ -120,14 +248,25 @@ pub fn assemble(command: &str, outcome: ExecOutcome, mut control: Map<String, Va
                 }
             }
         }
-        (Extract::Regex(_), None, false) => (json!({"status": "skipped"}), None),
-        // Placeholder until script extraction is wired (aab_extract::prepare before
-        // dispatch, aab_extract::run here): fail visibly rather than deliver the
-        // unextracted result as if it had been extracted.
-        (Extract::Script(spec), _, false) => {
-            failure_stage = Some("extraction");
-            let message = "script extraction is not wired into this host build yet";
-            (json!({"status": "failed", "mode": "script", "language": spec.language.name(), "error": "extraction_runtime_unavailable", "message": message}), None)
+        (ExtractPlan::Script(prepared), Some(v), false) => {
+            let inputs = aab_extract::build_inputs(kind, v, Value::Object(execution.clone()), Value::Object(control.clone()));
+            let language = prepared.language().name();
+            let run = aab_extract::run_timed(prepared, &inputs);
+            let duration_ms = run.timings.total.as_millis() as u64;
+            match run.result {
+                Ok(result) => (
+                    json!({"status": "succeeded", "mode": "script", "language": language, "durationMs": duration_ms, "timings": run.timings.to_json()}),
+                    Some(result),
+                ),
+                Err(e) => {
+                    failure_stage = Some("extraction");
+                    let mut x = json!({"status": "failed", "mode": "script", "language": language, "durationMs": duration_ms, "error": e.code, "message": e.message});
+                    if let Some(d) = e.diagnostic {
+                        x["diagnostic"] = d;
+                    }
+                    (x, None)
+                }
+            }
         }
     };
 
@@ -153,7 +292,17 @@ pub fn assemble(command: &str, outcome: ExecOutcome, mut control: Map<String, Va
     let size = serde_json::to_vec(&body).map(|b| b.len()).unwrap_or(usize::MAX);
     if size > max_bytes {
         body.remove("value");
-        body.insert("delivery".into(), json!({"status": "unavailable", "limitBytes": max_bytes, "reason": "output_budget_exceeded", "attemptedBytes": size}));
+        // extract:null over budget: keep the whole value behind a ref instead.
+        if reference.is_none() {
+            if let Some(v) = &original_for_budget {
+                reference = persist(v, &mut source);
+                if let Some(Value::Object(c)) = body.get_mut("control") {
+                    c.insert("source".into(), Value::Object(source.clone()));
+                }
+            }
+        }
+        let status = if reference.is_some() { "reference" } else { "unavailable" };
+        body.insert("delivery".into(), json!({"status": status, "limitBytes": max_bytes, "reason": "output_budget_exceeded", "attemptedBytes": size}));
         if failure_stage.is_none() {
             failure_stage = Some("delivery");
             body.insert("failureStage".into(), Value::String("delivery".into()));
@@ -182,5 +331,5 @@ pub fn assemble(command: &str, outcome: ExecOutcome, mut control: Map<String, Va
 
 /// A failure after validation (runtime unreachable, identity mismatch, ...).
 pub fn failure(command: &str, error: CommandError) -> PublicReply {
-    assemble(command, ExecOutcome::Failed(error), Map::new(), &Extract::None, DEFAULT_OUTPUT_BYTES)
+    assemble(command, ExecOutcome::Failed(error), Map::new(), &ExtractPlan::None, DEFAULT_OUTPUT_BYTES)
 }

@@ -645,6 +645,14 @@ fn web_five_thousand_controls_stay_within_limits() {
     w.env.check(run.exit() == 0, &run, "web-dom maxControls 1000 must be delivered");
     let controls = body["value"]["dom"]["controls"].as_array().unwrap().len();
     assert!((1..=1000).contains(&controls), "{controls}");
+    // A figure for the report (never asserted): what one page message could carry.
+    eprintln!(
+        "web-dom on {} controls: {controls} described, reply {} bytes, {:?} end to end (CLI), truncatedReason {}",
+        body["value"]["dom"]["controlCount"],
+        run.stdout.len(),
+        run.elapsed,
+        body["value"]["dom"]["truncatedReason"]
+    );
     assert_eq!(body["value"]["dom"]["truncated"], json!(true));
     assert!(run.stdout.len() <= 262144, "reply of {} bytes", run.stdout.len());
     // A text selector would scan every control: refused instead of guessing.

@@ -100,6 +100,7 @@ pub struct EvidenceItem {
 pub struct EvidencePage {
     pub records: Vec<EvidenceItem>,
     pub next_cursor: String,
+    pub next_sequence: u64,
     pub has_more: bool,
     pub gap: Option<Gap>,
     pub expired: bool,
@@ -526,7 +527,14 @@ impl FactStore {
         check_id("operationId", operation_id)?;
         let page = self.read_key(namespace.stream(), operation_id, cursor, limit)?;
         let records = page.records.into_iter().map(verified_item).collect::<Result<Vec<_>, _>>()?;
-        Ok(EvidencePage { records, next_cursor: page.next_cursor, has_more: page.has_more, gap: page.gap, expired: page.expired })
+        Ok(EvidencePage {
+            records,
+            next_cursor: page.next_cursor,
+            next_sequence: page.next_sequence,
+            has_more: page.has_more,
+            gap: page.gap,
+            expired: page.expired,
+        })
     }
 
     /// One evidence record by id (`not_found` when unknown or evicted,

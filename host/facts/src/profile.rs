@@ -14,11 +14,16 @@
 //! | `device-log`        | 2 MiB  | 20 000  | memory            |
 //! | `state-event`       | 2 MiB  | 10 000  | memory            |
 //! | `note`              | 1 MiB  | 5 000   | memory            |
+//! | `capture`           | 8 MiB  | 20 000  | memory            |
 //! | `evidence.intent`   | 32 MiB | 50 000  | sync              |
 //! | `evidence.script`   | 32 MiB | 50 000  | sync              |
 //! | `evidence.response` | 48 MiB | 5 000   | sync              |
 //!
-//! Totals: small ≈ 131 MiB, standard ≈ 524 MiB, large ≈ 2 GiB (plus SQLite
+//! `capture` holds provider-defined streams (e.g. the Web provider's
+//! `web-capture`, `web-dom`): the host's `facts.*` services key them as
+//! `<provider stream>/<key>`, so the host never needs to know their names.
+//!
+//! Totals: small ≈ 139 MiB, standard ≈ 556 MiB, large ≈ 2.2 GiB (plus SQLite
 //! page overhead). A record counts its stored JSON plus its key. The largest
 //! single record a stream accepts is a quarter of its byte quota, capped at
 //! 8 MiB, except `evidence.response`, which takes one response snapshot
@@ -89,6 +94,7 @@ impl Profile {
             Stream::DeviceLog => (2, 20_000),
             Stream::StateEvent => (2, 10_000),
             Stream::Note => (1, 5_000),
+            Stream::Capture => (8, 20_000),
             Stream::EvidenceIntent | Stream::EvidenceScript => (32, 50_000),
             Stream::EvidenceResponse => (48, 5_000),
         };
@@ -142,13 +148,14 @@ pub enum Stream {
     DeviceLog,
     StateEvent,
     Note,
+    Capture,
     EvidenceIntent,
     EvidenceScript,
     EvidenceResponse,
 }
 
 impl Stream {
-    pub const ALL: [Stream; 10] = [
+    pub const ALL: [Stream; 11] = [
         Stream::Action,
         Stream::Ui,
         Stream::Network,
@@ -156,6 +163,7 @@ impl Stream {
         Stream::DeviceLog,
         Stream::StateEvent,
         Stream::Note,
+        Stream::Capture,
         Stream::EvidenceIntent,
         Stream::EvidenceScript,
         Stream::EvidenceResponse,
@@ -170,6 +178,7 @@ impl Stream {
             Stream::DeviceLog => "device-log",
             Stream::StateEvent => "state-event",
             Stream::Note => "note",
+            Stream::Capture => "capture",
             Stream::EvidenceIntent => "evidence.intent",
             Stream::EvidenceScript => "evidence.script",
             Stream::EvidenceResponse => "evidence.response",

@@ -129,6 +129,9 @@ pub struct Page {
     pub records: Vec<FactRecord>,
     /// Opaque (`fc1:` …); pass it back to continue after this page.
     pub next_cursor: String,
+    /// The position `next_cursor` encodes, for callers that resume with
+    /// [`Cursor::After`] (no generation check).
+    pub next_sequence: u64,
     pub has_more: bool,
     /// Records after the cursor were evicted before this read could see them.
     pub gap: Option<Gap>,
@@ -144,6 +147,10 @@ pub enum Cursor {
     Start,
     /// After the position encoded in a `next_cursor` string.
     Resume(String),
+    /// After a raw global sequence number (e.g. a provider's `afterSequence`).
+    /// Gaps are still reported; a number from another store generation cannot
+    /// be recognised, so prefer `Resume` where a cursor can be kept.
+    After(u64),
 }
 
 impl From<&str> for Cursor {
@@ -538,6 +545,7 @@ impl FactStore {
     fn parse_cursor(&self, stream: Stream, key: Option<&str>, cursor: &Cursor) -> Result<Option<u64>, FactError> {
         let token = match cursor {
             Cursor::Start => return Ok(Some(0)),
+            Cursor::After(n) => return Ok(Some(*n)),
             Cursor::Resume(t) => t,
         };
         let invalid = |why: &str| FactError::new("invalid_fact_cursor", format!("invalid fact cursor: {why}")).with_details(json!({ "field": "cursor" }));
@@ -572,7 +580,14 @@ impl FactStore {
             None => {
                 let conn = self.reader();
                 let any = select_rows(&conn, stream, key, 0, 1)?;
-                return Ok(Page { records: Vec::new(), next_cursor: self.cursor_string(stream, key, 0), has_more: !any.is_empty(), gap: None, expired: true });
+                return Ok(Page {
+                    records: Vec::new(),
+                    next_cursor: self.cursor_string(stream, key, 0),
+                    next_sequence: 0,
+                    has_more: !any.is_empty(),
+                    gap: None,
+                    expired: true,
+                });
             }
         };
         let mut conn = self.reader();
@@ -584,7 +599,7 @@ impl FactStore {
         rows.truncate(limit);
         let next_after = rows.last().map(|r| r.seq).unwrap_or_else(|| gap.map_or(after, |g| g.to.max(after)));
         let records = rows.into_iter().map(RawRow::into_record).collect::<Result<Vec<_>, _>>()?;
-        Ok(Page { records, next_cursor: self.cursor_string(stream, key, next_after), has_more, gap, expired: false })
+        Ok(Page { records, next_cursor: self.cursor_string(stream, key, next_after), next_sequence: next_after, has_more, gap, expired: false })
     }
 
     /// Every retained record of one key in a single read snapshot, plus the

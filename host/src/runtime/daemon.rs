@@ -91,13 +91,14 @@ async fn daemon_main() -> Result<(), CommandError> {
     let port = listener.local_addr().map_err(|e| CommandError::new("runtime_start_failed", e.to_string()))?.port();
     let runtime_id = crate::ids::uuid_v4();
     let ownership = Ownership::new(config.ownership_dir.clone());
+    let facts = crate::facts::Facts::open(&config.facts_dir, &config.profile);
     let runtime = Arc::new(Runtime {
         runtime_id: runtime_id.clone(),
         token: crate::ids::token(),
         started_at_ms: crate::ids::now_ms(),
         identity,
         config,
-        host: ExecutionHost::new(catalog, runtime_id, ownership),
+        host: ExecutionHost::new(catalog, runtime_id, ownership, facts),
         stopping: AtomicBool::new(false),
         stop: Notify::new(),
         active: AtomicUsize::new(0),

@@ -1094,7 +1094,7 @@
         var hasSel = args.selector != null, hasText = args.targetText != null;
         if (hasSel === hasText) return fail('web_selector_required', 'waitFor needs exactly one of selector or targetText');
         var timeout = Math.max(1, Number(args.timeoutMs) || 5000);
-        var interval = Math.max(10, Number(args.intervalMs) || 100);
+        var interval = Math.max(10, Number(args.intervalMs) || 250);
         // A wait has no effect on the app: its outcome is never "dispatched".
         ctx.readOnly();
         var started = now();

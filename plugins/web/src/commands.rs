@@ -186,9 +186,17 @@ async fn session_start(shared: &Arc<Shared>, ctx: &Context<'_>, args: &Value) ->
     };
     ctx.mark_dispatched();
     let info = server::start(shared.clone(), StartConfig { host, port, path, token, sample_app }).await?;
+    let mut server = lock(&shared.server);
+    if let Some(existing) = server.as_ref() {
+        // A concurrent start won the race: keep its endpoint, retire this one.
+        let _ = info.shutdown.send(true);
+        let mut v = connect_json(existing);
+        v["reused"] = json!(true);
+        return Ok(v);
+    }
     let mut v = connect_json(&info);
     v["reused"] = json!(false);
-    *lock(&shared.server) = Some(info);
+    *server = Some(info);
     Ok(v)
 }
 
@@ -423,8 +431,10 @@ async fn action(shared: &Shared, ctx: &Context<'_>, inv: &Invocation, page_comma
     let m = margin(ctx);
     let page_budget = ctx.remaining().saturating_sub(m * 2).max(Duration::from_millis(1));
     let page_timeout_ms = page_budget.as_millis().max(1) as u64;
-    if page_command == "waitFor" {
+    if page_command == "waitFor" && inv.command == "web-wait" {
+        // The wait lasts the command's budget; a short poll keeps it responsive.
         args["timeoutMs"] = json!(page_timeout_ms);
+        args["intervalMs"] = json!(100);
     }
     let action_id = inv.action_id.clone();
     let record = ActionRecord::new(&action_id, &inv.runtime_epoch, session_id, runtime_epoch, conn.connection_id(), &inv.command, page_command);

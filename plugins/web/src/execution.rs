@@ -241,6 +241,11 @@ impl ExecTable {
     /// not be told apart from it.
     pub fn begin(&self, record: ActionRecord) -> Result<oneshot::Receiver<Value>, ProviderError> {
         let mut inner = lock(&self.inner);
+        if let Some(busy) = inner.records.iter().find(|r| r.in_flight() && r.session_id == record.session_id && r.runtime_epoch == record.runtime_epoch) {
+            return Err(ProviderError::new("web_target_busy", format!("action {} is still running on this page", busy.action_id))
+                .with_details(json!({"actionId": busy.action_id, "state": busy.state, "command": busy.command}))
+                .not_dispatched());
+        }
         if let Some(open) = inner.records.iter().find(|r| r.open() && r.session_id == record.session_id && r.runtime_epoch == record.runtime_epoch) {
             return Err(ProviderError::new(
                 "web_execution_unresolved",
@@ -433,7 +438,7 @@ mod tests {
         t.configure(None);
         let mut rx = t.begin(record("a1")).unwrap();
         t.sent("a1");
-        assert_eq!(t.begin(record("a2")).unwrap_err().error, "web_execution_unresolved");
+        assert_eq!(t.begin(record("a2")).unwrap_err().error, "web_target_busy");
         t.complete("s1", "c1", &done("a1"), "host").unwrap();
         assert_eq!(rx.try_recv().unwrap()["actionId"], json!("a1"));
         assert_eq!(t.get("a1").unwrap().state, State::Settled);
@@ -442,6 +447,7 @@ mod tests {
         t.begin(record("a2")).unwrap();
         t.abandon("a2", "web_connection_lost");
         assert_eq!(t.get("a2").unwrap().state, State::Unresolved);
+        assert_eq!(t.begin(record("a3")).unwrap_err().error, "web_execution_unresolved");
         // a late completion settles an unresolved action
         t.complete("s1", "c3", &done("a2"), "host").unwrap();
         assert_eq!(t.get("a2").unwrap().state, State::Settled);

@@ -158,7 +158,11 @@ fn main() {
     let open_t = t.elapsed();
     let t = Instant::now();
     store.check().expect("quick_check");
-    println!("reopen (incl. quick_check)   db={db} bytes  open={:.1} ms  quick_check alone={:.1} ms", open_t.as_secs_f64() * 1e3, t.elapsed().as_secs_f64() * 1e3);
+    println!(
+        "reopen (incl. quick_check)   db={db} bytes  open={:.1} ms  quick_check alone={:.1} ms",
+        open_t.as_secs_f64() * 1e3,
+        t.elapsed().as_secs_f64() * 1e3
+    );
     drop(store);
     let _ = std::fs::remove_dir_all(&root);
 }

@@ -47,10 +47,28 @@ fn appends_share_one_sequence_and_pages_follow_it() {
     assert_eq!(next.records.iter().map(|r| r.sequence).collect::<Vec<_>>(), vec![r.sequence]);
     assert_eq!(next.records[0].record, json!({ "i": 99 }));
 
+    // Resuming from a raw sequence number gives the same pages.
+    let from_raw = store.read(Stream::Ui, &Cursor::After(ui[9]), 10).unwrap();
+    assert_eq!(from_raw.records.iter().map(|r| r.sequence).collect::<Vec<_>>(), ui[10..20].to_vec());
+    assert_eq!(from_raw.next_sequence, ui[19]);
+
     let status = store.status().unwrap();
     assert_eq!(status.last_sequence, r.sequence);
     let ui_status = status.streams.iter().find(|s| s.stream == Stream::Ui).unwrap();
     assert_eq!(ui_status.records, 26);
+}
+
+#[test]
+fn provider_streams_live_under_capture_keyed_by_their_own_name() {
+    let dir = tmp();
+    let store = open(dir.path());
+    let a = store.append(Stream::Capture, Some("web-capture/session-1"), &json!({ "kind": "console" }), Durability::Memory).unwrap();
+    store.append(Stream::Capture, Some("web-dom/session-1"), &json!({ "kind": "dom" }), Durability::Memory).unwrap();
+    let b = store.append(Stream::Capture, Some("web-capture/session-1"), &json!({ "kind": "network" }), Durability::Memory).unwrap();
+    let page = store.read_key(Stream::Capture, "web-capture/session-1", &Cursor::After(0), 10).unwrap();
+    assert_eq!(page.records.iter().map(|r| r.sequence).collect::<Vec<_>>(), vec![a.sequence, b.sequence]);
+    let next = store.read_key(Stream::Capture, "web-capture/session-1", &Cursor::After(page.next_sequence), 10).unwrap();
+    assert!(next.records.is_empty() && next.gap.is_none());
 }
 
 #[test]
