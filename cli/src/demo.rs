@@ -305,6 +305,8 @@ impl Demo {
         let status = self.must("web-execution", with(json!({"operation": "status"})))?;
         let actions = status["actions"].as_array().map(Vec::len).unwrap_or(0);
         self.say(&format!("web-execution: {actions} managed action(s) recorded for this page, persistence {}", status["persistence"].as_str().unwrap_or("?")));
+        { #[path = "demo_script.rs"] mod demo_script; let t0 = self.t0; demo_script::run(&mut |c, a| self.call(c, a), &|l| println!("[{:6.2}s] {l}", t0.elapsed().as_secs_f64()), &target).map_err(Failure)?; }
+        { #[path = "demo_intent.rs"] mod demo_intent; let t0 = self.t0; demo_intent::run(&mut |c, a| self.call(c, a), &|l| println!("[{:6.2}s] {l}", t0.elapsed().as_secs_f64()), &target).map_err(Failure)?; }
         Ok(())
     }
 

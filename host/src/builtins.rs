@@ -10,6 +10,8 @@ pub const RUNTIME: &str = "runtime";
 pub const DEVICE_OWNERSHIP: &str = "device-ownership";
 pub const EVIDENCE: &str = "evidence";
 pub const RESPONSE: &str = "response";
+pub const INTENT: &str = "intent";
+pub const SCRIPT: &str = "script";
 
 fn spec(command: &str, summary: &str, mutation: Mutation, mutating: &[&str], input_schema: Value) -> CommandSpec {
     CommandSpec {
@@ -117,7 +119,7 @@ pub fn specs() -> Vec<CommandSpec> {
     response.domain = "evidence".into();
     response.role = "evidence".into();
     response.target_kind = "operation".into();
-    vec![
+    let mut all = vec![
         evidence,
         response,
         spec(
@@ -142,5 +144,9 @@ pub fn specs() -> Vec<CommandSpec> {
             }),
         ),
         ownership,
-    ]
+    ];
+    // Engines register their command only once they can execute it.
+    all.extend(crate::engines::intent::spec());
+    all.extend(crate::engines::script::spec());
+    all
 }

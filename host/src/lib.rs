@@ -14,6 +14,7 @@ pub mod canonical;
 pub mod client;
 pub mod config;
 pub mod digest;
+pub mod engines;
 pub mod error;
 pub mod facts;
 pub mod ids;

@@ -32,6 +32,32 @@ use crate::reply::{self, ExecOutcome};
 /// deadline, so it can close its subprocesses and sockets before the call settles.
 const CANCEL_GRACE: Duration = Duration::from_millis(250);
 
+/// One command for [`ExecutionHost::call`].
+pub struct InternalCall<'a> {
+    pub command: &'a str,
+    pub arguments: Map<String, Value>,
+    /// The caller's working directory (absolute).
+    pub cwd: String,
+    /// An outer deadline (e.g. an Intent's or Script's); the call's own can only be shorter.
+    pub deadline_cap: Option<Instant>,
+    /// Cancellation shared with the caller (e.g. a Script being cancelled).
+    pub cancel: Option<Cancel>,
+    /// Present only on the public request path (the `runtime` built-in needs it).
+    pub control: Option<&'a dyn RuntimeControl>,
+}
+
+/// What [`ExecutionHost::call`] produced.
+pub struct CallResult {
+    pub outcome: ExecOutcome,
+    /// The host action id of this call (also in the invocation the plugin saw).
+    pub action_id: String,
+    /// `control.history` of this call.
+    pub history: Value,
+    /// The outcome of an earlier request with the same requestId was reused.
+    pub reused: bool,
+    pub target_key: String,
+}
+
 /// Runtime-level services the `runtime` built-in needs from its daemon.
 pub trait RuntimeControl: Send + Sync {
     fn status(&self) -> Value;
@@ -47,6 +73,9 @@ pub struct ExecutionHost {
     idempotency: Idempotency,
     pub active: ActiveRequests,
     pub executed: AtomicU64,
+    /// Per-runtime state of the engines (operations, their tasks and events).
+    pub intents: crate::engines::intent::IntentEngine,
+    pub scripts: crate::engines::script::ScriptEngine,
 }
 
 /// The effective timeout: `timeoutMs` argument (already validated against the
@@ -97,21 +126,22 @@ impl ExecutionHost {
             idempotency: Idempotency::default(),
             active: ActiveRequests::default(),
             executed: AtomicU64::new(0),
+            intents: Default::default(),
+            scripts: Default::default(),
         }
     }
 
     /// Run one public request and build its reply.
-    pub async fn execute(&self, request: Value, cwd: String, control: &dyn RuntimeControl) -> PublicReply {
+    pub async fn execute(self: &Arc<Self>, request: Value, cwd: String, control: &dyn RuntimeControl) -> PublicReply {
         let name = request.get("command").and_then(Value::as_str).map(str::to_string);
         let parsed = match parse_public_request(&request) {
             Ok(p) => p,
             Err(e) => return reply::rejection(name.as_deref(), &e),
         };
         let arguments = Value::Object(parsed.arguments.clone());
-        let command = match self.catalog.registry.validate(&parsed.command, &arguments) {
-            Ok(c) => c,
-            Err(e) => return reply::rejection(Some(&parsed.command), &e),
-        };
+        if let Err(e) = self.catalog.registry.validate(&parsed.command, &arguments) {
+            return reply::rejection(Some(&parsed.command), &e);
+        }
         // Pre-dispatch extraction checks (a script is frozen and syntax-checked in a
         // child process, so off the async workers).
         let plan = {
@@ -123,41 +153,55 @@ impl ExecutionHost {
                 Err(e) => return reply::rejection(Some(&parsed.command), &CommandError::new("extraction_worker_failed", e.to_string())),
             }
         };
-        let mutation = is_mutation(command, &arguments);
-        let device = if mutation {
-            match device_of(command, &arguments) {
-                Ok(d) => d,
-                Err(e) => return reply::rejection(Some(&parsed.command), &e),
+        let call = InternalCall { command: &parsed.command, arguments: parsed.arguments.clone(), cwd, deadline_cap: None, cancel: None, control: Some(control) };
+        match self.call(call).await {
+            Err(e) => reply::rejection(Some(&parsed.command), &e),
+            Ok(result) => {
+                let mut ctl = Map::new();
+                ctl.insert("history".into(), result.history);
+                if result.reused {
+                    ctl.insert("idempotency".into(), json!({"requestId": parsed.arguments.get("requestId"), "reused": true}));
+                }
+                self.finish(parsed.command.clone(), result.outcome, ctl, plan, parsed.output_max_bytes).await
             }
-        } else {
-            None
-        };
-        let deadline = Instant::now() + timeout_of(command, &arguments);
+        }
+    }
+
+    /// One command through the whole pipeline — validation, idempotency, admission,
+    /// ownership, dispatch, settlement, history — for the public request path and for
+    /// the Intent and Script engines (`ctx.call`, Intent actions). `Err` = rejected
+    /// before anything was admitted (validation-stage, `dispatched:false`).
+    pub async fn call(self: &Arc<Self>, call: InternalCall<'_>) -> Result<CallResult, CommandError> {
+        let name = call.command;
+        let arguments = Value::Object(call.arguments.clone());
+        let command = self.catalog.registry.validate(name, &arguments)?;
+        let mutation = is_mutation(command, &arguments);
+        let device = if mutation { device_of(command, &arguments)? } else { None };
+        let mut deadline = Instant::now() + timeout_of(command, &arguments);
+        if let Some(cap) = call.deadline_cap {
+            // Nested calls can only shorten the deadline.
+            deadline = deadline.min(cap);
+        }
         let admission_key = admission::admission_key(&command.spec.target_kind, &command.spec.target_key, command.spec.lane.as_deref(), &arguments);
         let request_id = arguments.get("requestId").and_then(Value::as_str).map(str::to_string);
-        let target_key = admission_key.clone().unwrap_or_else(|| format!("host:{}", parsed.command));
+        let target_key = admission_key.clone().unwrap_or_else(|| format!("host:{name}"));
 
         let claim = match &request_id {
-            Some(rid) => match self.idempotency.claim(&target_key, rid, admission::content_digest(&parsed.command, &parsed.arguments)) {
-                Ok(c) => Some(c),
-                Err(e) => return reply::rejection(Some(&parsed.command), &e),
-            },
+            Some(rid) => Some(self.idempotency.claim(&target_key, rid, admission::content_digest(name, &call.arguments))?),
             None => None,
         };
         let sender = match claim {
             Some(Claim::Reuse(rx)) => {
                 let outcome = admission::await_outcome(rx).await;
-                let mut ctl = Map::new();
-                let history = self.history(&target_key, &crate::ids::uuid_v4(), &parsed.command, &arguments, &outcome).await;
-                ctl.insert("history".into(), history);
-                ctl.insert("idempotency".into(), json!({"requestId": request_id, "reused": true}));
-                return self.finish(parsed.command.clone(), outcome, ctl, plan, parsed.output_max_bytes).await;
+                let action_id = crate::ids::uuid_v4();
+                let history = self.history(&target_key, &action_id, name, &arguments, &outcome).await;
+                return Ok(CallResult { outcome, action_id, history, reused: true, target_key });
             }
             Some(Claim::Execute(tx)) => Some(tx),
             None => None,
         };
 
-        let cancel = Cancel::default();
+        let cancel = call.cancel.clone().unwrap_or_default();
         let action_id = crate::ids::uuid_v4();
         let active_id = self.active.register(request_id.as_deref(), cancel.clone());
         let started = Instant::now();
@@ -166,8 +210,8 @@ impl ExecutionHost {
             Ok(_lane) => {
                 self.active.mark_admitted(active_id);
                 let queue_wait = started.elapsed();
-                let outcome = self.dispatch(command, &parsed.command, arguments.clone(), cwd, deadline, &cancel, device, &action_id, control).await;
-                tracing::debug!(command = %parsed.command, queue_ms = queue_wait.as_millis() as u64, "settled");
+                let outcome = self.dispatch(command, name, arguments.clone(), call.cwd.clone(), deadline, &cancel, device, &action_id, call.control).await;
+                tracing::debug!(command = %name, queue_ms = queue_wait.as_millis() as u64, "settled");
                 outcome
             }
         };
@@ -176,12 +220,10 @@ impl ExecutionHost {
         if let (Some(tx), Some(rid)) = (sender, &request_id) {
             self.idempotency.settle(&target_key, rid, tx, outcome.clone());
         }
-        let mut ctl = Map::new();
         // History is written after the action settled; a failed write is reported in
         // `control.history` and never retries or rewrites the action.
-        let history = self.history(&target_key, &action_id, &parsed.command, &arguments, &outcome).await;
-        ctl.insert("history".into(), history);
-        self.finish(parsed.command.clone(), outcome, ctl, plan, parsed.output_max_bytes).await
+        let history = self.history(&target_key, &action_id, name, &arguments, &outcome).await;
+        Ok(CallResult { outcome, action_id, history, reused: false, target_key })
     }
 
     async fn history(&self, target_key: &str, action_id: &str, command: &str, arguments: &Value, outcome: &ExecOutcome) -> Value {
@@ -223,7 +265,7 @@ impl ExecutionHost {
 
     #[allow(clippy::too_many_arguments)]
     async fn dispatch(
-        &self,
+        self: &Arc<Self>,
         command: &RegisteredCommand,
         name: &str,
         arguments: Value,
@@ -232,7 +274,7 @@ impl ExecutionHost {
         cancel: &Cancel,
         device: Option<String>,
         action_id: &str,
-        control: &dyn RuntimeControl,
+        control: Option<&dyn RuntimeControl>,
     ) -> ExecOutcome {
         let plugin = match &command.origin {
             CommandOrigin::Host => return self.builtin(name, &arguments, &cwd, deadline, control).await,
@@ -307,10 +349,14 @@ impl ExecutionHost {
         outcome
     }
 
-    async fn builtin(&self, name: &str, arguments: &Value, cwd: &str, deadline: Instant, control: &dyn RuntimeControl) -> ExecOutcome {
+    async fn builtin(self: &Arc<Self>, name: &str, arguments: &Value, cwd: &str, deadline: Instant, control: Option<&dyn RuntimeControl>) -> ExecOutcome {
         let op = arguments.get("operation").and_then(Value::as_str).unwrap_or("status");
         match (name, op) {
+            (builtins::RUNTIME, _) if control.is_none() => {
+                ExecOutcome::Failed(CommandError::new("command_not_allowed", "`runtime` can only be called directly, not from an Intent or Script"))
+            }
             (builtins::RUNTIME, "stop") => {
+                let control = control.expect("checked above");
                 control.begin_stop();
                 ExecOutcome::Json(control.status())
             }
@@ -319,7 +365,9 @@ impl ExecutionHost {
                 let n = self.active.cancel(rid);
                 ExecOutcome::Json(json!({"ok": true, "command": "runtime", "operation": "cancel", "cancelRequestId": rid, "cancelled": n}))
             }
-            (builtins::RUNTIME, _) => ExecOutcome::Json(control.status()),
+            (builtins::RUNTIME, _) => ExecOutcome::Json(control.expect("checked above").status()),
+            (builtins::INTENT, _) => crate::engines::intent::handle(self, arguments, cwd).await,
+            (builtins::SCRIPT, _) => crate::engines::script::handle(self, arguments, cwd).await,
             (builtins::DEVICE_OWNERSHIP, op) => self.device_ownership(op, arguments, deadline).await,
             (builtins::EVIDENCE, op) => {
                 let facts = self.facts.clone();
@@ -428,9 +476,12 @@ impl ExecutionHost {
         }
     }
 
-    /// Runtime stop: queued requests end with `runtime_stopped`; running ones drain.
+    /// Runtime stop: queued requests end with `runtime_stopped`; running ones drain;
+    /// the engines cancel their operations (they persist terminal checkpoints).
     pub fn stop_admission(&self) {
         self.active.cancel_queued(CancelReason::RuntimeStopped);
+        self.intents.shutdown();
+        self.scripts.shutdown();
     }
 }
 

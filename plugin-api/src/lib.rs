@@ -26,4 +26,4 @@ pub use abi_stable;
 pub use serde_json;
 
 pub use protocol::{CommandSpec, Invocation, Manifest, Outcome, ProviderError, Reply};
-pub use sdk::{Context, Provider};
+pub use sdk::{Context, HostHandle, Provider};

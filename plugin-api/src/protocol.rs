@@ -26,6 +26,106 @@ pub struct Manifest {
     #[serde(default)]
     pub features: Vec<String>,
     pub commands: Vec<CommandSpec>,
+    /// Intent providers this plugin offers (observe → summarize → act), as data:
+    /// the host's Intent engine never branches on a platform or provider name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub intent_providers: Vec<IntentProvider>,
+}
+
+/// One Intent provider (docs/PLUGIN_AUTHORING.md, "Intent providers").
+///
+/// Templates are JSON values in which a string that is exactly `"${source.path}"`
+/// is replaced by the value found there (any JSON type). Sources: `target` (the
+/// Intent's start target), `action` (the agent's validated action), `element` (the
+/// element of the committed observation the action's selector resolved to, plus
+/// `element.identity` = its `identityFields`), `observation` (the committed
+/// observation value), `require` (the Intent's `require` object) and `watermark`
+/// (the previous read's watermark of the same stream). When a placeholder has no
+/// value, the top-level argument that contains it is left out.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IntentProvider {
+    /// Platform of the Intent target (`target.platform`), e.g. `web`.
+    pub platform: String,
+    /// Public provider name, e.g. `h5`.
+    pub provider: String,
+    /// Whether this provider is chosen when `start` names none for its platform.
+    #[serde(default)]
+    pub default: bool,
+    /// JSON Schema of the start `target` (including `platform`).
+    pub target_schema: Value,
+    /// How to observe the target.
+    pub observe: IntentCall,
+    /// How to turn the observation value into the Intent summary.
+    pub summarize: IntentSummarize,
+    /// The public action vocabulary of this provider.
+    pub actions: Vec<IntentAction>,
+    /// Capture streams readable per observation (`require.streams`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub streams: Vec<IntentStream>,
+}
+
+/// A command call with an arguments template.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IntentCall {
+    pub command: String,
+    pub arguments: Value,
+}
+
+/// Where the summary's parts are found in the observation value (JSON Pointers).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IntentSummarize {
+    /// Pointer to the array of actionable elements.
+    pub elements: String,
+    /// The element field that identifies an element within one observation.
+    pub element_id: String,
+    /// Element fields that make up `${element.identity}` (the binding an action
+    /// carries back to the provider).
+    pub identity_fields: Vec<String>,
+    /// Element fields copied into summary nodes.
+    pub node_fields: Vec<String>,
+    /// Selector key → element field, for resolving an action's `selector` against
+    /// the committed observation (every given key must match).
+    pub selector_fields: std::collections::BTreeMap<String, String>,
+    /// Summary `page` field → pointer into the observation.
+    #[serde(default)]
+    pub page: std::collections::BTreeMap<String, String>,
+    /// Pointer to the page's body text, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_text: Option<String>,
+    /// Pointer to a boolean that says the provider itself cut the element list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_truncated: Option<String>,
+}
+
+/// One public Intent action and the command that performs it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IntentAction {
+    /// Public action name (`decision.action.action`), e.g. `tap`.
+    pub action: String,
+    pub command: String,
+    pub arguments_template: Value,
+    /// JSON Schema of `decision.action` for this action.
+    pub schema: Value,
+}
+
+/// One capture stream of `require.streams`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IntentStream {
+    /// Public stream name: logs | network | state | events.
+    pub stream: String,
+    pub command: String,
+    pub arguments: Value,
+    /// Pointer to the read's watermark, carried to the next read as `${watermark}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermark: Option<String>,
+    /// Pointer to the read's coverage status (complete | partial | unavailable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage: Option<String>,
 }
 
 impl Manifest {
@@ -39,6 +139,7 @@ impl Manifest {
             platforms: Vec::new(),
             features: Vec::new(),
             commands: Vec::new(),
+            intent_providers: Vec::new(),
         }
     }
 }

@@ -71,13 +71,15 @@ impl<'a> Context<'a> {
 
     /// Call a host service by name with JSON parameters.
     pub fn host_call(&self, method: &str, params: &Value) -> Result<Value, ProviderError> {
-        let params = params.to_string();
-        match self.host.call(RStr::from_str(method), RStr::from_str(&params)) {
-            RResult::ROk(s) => serde_json::from_str(s.as_str())
-                .map_err(|e| ProviderError::new("host_protocol_error", format!("host returned invalid JSON: {e}"))),
-            RResult::RErr(s) => Err(serde_json::from_str::<ProviderError>(s.as_str())
-                .unwrap_or_else(|_| ProviderError::new("host_call_failed", s.to_string()))),
-        }
+        host_call(self.host, method, params)
+    }
+
+    /// A handle to the host's JSON services that outlives this call, for work the
+    /// plugin does between calls (e.g. committing capture records the moment they
+    /// arrive). It carries no deadline or cancellation of its own: those belong to
+    /// calls. Only `host_call` is offered.
+    pub fn detach(&self) -> HostHandle {
+        HostHandle { host: crate::abi::HostCallbacks_TO::from_sabi(self.host.obj.shallow_clone()) }
     }
 
     /// Resolves when the call is cancelled or its deadline passes; use in
@@ -89,6 +91,26 @@ impl<'a> Context<'a> {
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+}
+
+/// Host services usable outside a call (see [`Context::detach`]).
+pub struct HostHandle {
+    host: HostCallbacksRef,
+}
+
+impl HostHandle {
+    /// Call a host service by name with JSON parameters.
+    pub fn host_call(&self, method: &str, params: &Value) -> Result<Value, ProviderError> {
+        host_call(&self.host, method, params)
+    }
+}
+
+fn host_call(host: &HostCallbacksRef, method: &str, params: &Value) -> Result<Value, ProviderError> {
+    let params = params.to_string();
+    match host.call(RStr::from_str(method), RStr::from_str(&params)) {
+        RResult::ROk(s) => serde_json::from_str(s.as_str()).map_err(|e| ProviderError::new("host_protocol_error", format!("host returned invalid JSON: {e}"))),
+        RResult::RErr(s) => Err(serde_json::from_str::<ProviderError>(s.as_str()).unwrap_or_else(|_| ProviderError::new("host_call_failed", s.to_string()))),
     }
 }
 

@@ -19,18 +19,6 @@ fn fixture_env() -> TestEnv {
     env
 }
 
-/// The run must exit 0 with `execution.ok:true`; returns the body.
-#[track_caller]
-fn expect_ok(env: &TestEnv, run: &Run, what: &str) -> Value {
-    let body = env.json_of(run);
-    env.check(
-        run.exit() == 0 && body.pointer("/execution/ok") == Some(&json!(true)),
-        run,
-        &format!("{what}: expected a successful reply (exit 0, execution.ok:true)"),
-    );
-    body
-}
-
 /// The run must fail with `code`, not dispatched; returns the body.
 #[track_caller]
 fn expect_failure(env: &TestEnv, run: &Run, code: &str, what: &str) -> Value {
@@ -43,7 +31,7 @@ fn expect_failure(env: &TestEnv, run: &Run, code: &str, what: &str) -> Value {
 
 #[track_caller]
 fn global_seq(env: &TestEnv, run: &Run) -> u64 {
-    let body = expect_ok(env, run, "command with history");
+    let body = env.expect_ok(&run, "command with history");
     env.check(body.pointer("/control/history/status") == Some(&json!("stored")), run, "control.history.status must be `stored`");
     env.check(body.pointer("/control/history/replayed") == Some(&json!(false)), run, "control.history.replayed must be false");
     match body.pointer("/control/history/action/globalSeq").and_then(Value::as_u64) {
@@ -55,7 +43,7 @@ fn global_seq(env: &TestEnv, run: &Run) -> u64 {
 #[track_caller]
 fn executed_count(env: &TestEnv) -> u64 {
     let run = env.aab(&["runtime", "--operation", "status"]);
-    let body = expect_ok(env, &run, "runtime status");
+    let body = env.expect_ok(&run, "runtime status");
     match body.pointer("/value/executed").and_then(Value::as_u64) {
         Some(n) => n,
         None => env.fail(&run, "runtime status must report value.executed"),
@@ -105,7 +93,7 @@ fn history_is_stored_with_an_increasing_global_sequence_across_restarts() {
     assert!(second > first, "globalSeq must increase: {first} then {second}\n{}", env.report(None));
 
     let stop = env.aab(&["runtime", "--operation", "stop"]);
-    expect_ok(&env, &stop, "runtime stop");
+    env.expect_ok(&stop, "runtime stop");
     let third = global_seq(&env, &env.aab(&["fixture-echo", "--message", "after restart"]));
     assert!(third > second, "globalSeq must continue after a restart: {second} then {third}\n{}", env.report(None));
 }
@@ -117,10 +105,10 @@ fn history_is_disabled_when_the_runtime_started_with_fact_cache_off() {
     // The call that starts the runtime carries the setting (it is part of the
     // runtime's configuration, so later calls carry it too).
     let run = env.aab_with_env(&["fixture-echo", "--message", "hi"], &off);
-    let body = expect_ok(&env, &run, "echo starting a runtime without FactStore");
+    let body = env.expect_ok(&run, "echo starting a runtime without FactStore");
     env.check(body.pointer("/control/history/status") == Some(&json!("disabled")), &run, "control.history.status must be `disabled`");
     let run = env.aab_with_env(&["fixture-echo", "--message", "hi again"], &off);
-    let body = expect_ok(&env, &run, "second echo on a runtime without FactStore");
+    let body = env.expect_ok(&run, "second echo on a runtime without FactStore");
     env.check(body.pointer("/control/history/status") == Some(&json!("disabled")), &run, "control.history.status must be `disabled`");
 }
 
@@ -142,7 +130,7 @@ fn over_budget_reply_is_delivered_as_a_ref_and_read_back_byte_identical() {
 
     // Read back: byte-identical, not dispatched, the original identity.
     let read = env.aab(&["response", "--operation", "read", "--ref", &reference.to_string(), "--extract", "null", "--output", r#"{"maxBytes":262144}"#]);
-    let back = expect_ok(&env, &read, "response read");
+    let back = env.expect_ok(&read, "response read");
     env.check(back.get("value") == Some(&Value::String(text.clone())), &read, "the read value must be byte-identical to the original text");
     env.check(
         back.pointer("/execution/dispatched") == Some(&json!(false)) && back.pointer("/execution/ambiguous") == Some(&json!(false)),
@@ -154,7 +142,7 @@ fn over_budget_reply_is_delivered_as_a_ref_and_read_back_byte_identical() {
     // A regex extraction over the stored snapshot.
     let extract = json!({"mode": "regex", "pattern": "Z([a-z])", "inputPath": ""});
     let read = env.aab(&["response", "--operation", "read", "--ref", &reference.to_string(), "--extract", &extract.to_string()]);
-    let back = expect_ok(&env, &read, "response read with regex");
+    let back = env.expect_ok(&read, "response read with regex");
     let expected = text.matches('Z').count() - usize::from(text.ends_with('Z'));
     let n = back.get("value").and_then(Value::as_array).map(Vec::len);
     env.check(n == Some(expected), &read, &format!("the regex over the snapshot must yield {expected} matches"));
@@ -179,7 +167,7 @@ fn echo_with_extract_null_within_budget_is_inline() {
     let env = fixture_env();
     let message = "x".repeat(3000);
     let run = env.aab(&["fixture-echo", "--message", &message, "--count", "3", "--output", r#"{"maxBytes":16384}"#, "--extract", "null"]);
-    let body = expect_ok(&env, &run, "echo within budget");
+    let body = env.expect_ok(&run, "echo within budget");
     env.check(body.pointer("/delivery/status") == Some(&json!("inline")), &run, "inline delivery");
     env.check(body.pointer("/value/echo") == Some(&json!(message)), &run, "the echo is the message");
 }
@@ -190,7 +178,7 @@ fn echo_with_extract_null_within_budget_is_inline() {
 fn regex_extraction_returns_all_matches_with_groups() {
     let env = fixture_env();
     let run = echo_with_extract(&env, "id=1 id=22 id=333", &json!({"mode": "regex", "pattern": "id=(\\d+)", "inputPath": "/echo"}));
-    let body = expect_ok(&env, &run, "regex extraction");
+    let body = env.expect_ok(&run, "regex extraction");
     env.check(body.pointer("/extraction/status") == Some(&json!("succeeded")), &run, "extraction.status succeeded");
     let text = body.get("value").map(Value::to_string).unwrap_or_default();
     let matches = body.get("value").and_then(Value::as_array).cloned().unwrap_or_default();
@@ -205,12 +193,12 @@ fn javascript_and_python_script_extraction() {
     let env = fixture_env();
     let js = json!({"mode": "script", "language": "javascript", "source": "function main(ctx){return ctx.inputs.response.echo.length}"});
     let run = echo_with_extract(&env, "hello", &js);
-    let body = expect_ok(&env, &run, "javascript extraction");
+    let body = env.expect_ok(&run, "javascript extraction");
     env.check(body.get("value") == Some(&json!(5)), &run, "the JS extraction returns the length");
 
     let py = json!({"mode": "script", "language": "python", "source": "def main(ctx):\n    return len(ctx.inputs[\"response\"][\"echo\"])\n"});
     let run = echo_with_extract(&env, "hello!", &py);
-    let body = expect_ok(&env, &run, "python extraction");
+    let body = env.expect_ok(&run, "python extraction");
     env.check(body.get("value") == Some(&json!(6)), &run, "the Python extraction returns the length");
 }
 
@@ -218,7 +206,7 @@ fn javascript_and_python_script_extraction() {
 fn script_syntax_error_is_rejected_before_dispatch() {
     let env = fixture_env();
     let warm = env.aab(&["fixture-echo", "--message", "warm"]);
-    expect_ok(&env, &warm, "warm-up");
+    env.expect_ok(&warm, "warm-up");
     let before = executed_count(&env);
     let bad = json!({"mode": "script", "language": "javascript", "source": "function main(ctx){ return ( }"});
     let run = echo_with_extract(&env, "hi", &bad);
@@ -296,7 +284,7 @@ fn evidence_export_of_a_snapshot_verifies_and_detects_tampering() {
         env.fail(&run, "a persisted snapshot must carry control.source.ref.operationId")
     };
     let run = env.aab(&["evidence", "--operation", "export", "--namespace", "response", "--operation-id", &op, "--output-dir", "out"]);
-    let body = expect_ok(&env, &run, "evidence export");
+    let body = env.expect_ok(&run, "evidence export");
     let Some(sha) = body.pointer("/value/manifestSha256").and_then(Value::as_str).map(str::to_string) else {
         env.fail(&run, "export must report value.manifestSha256")
     };
@@ -326,14 +314,14 @@ fn evidence_export_of_a_snapshot_verifies_and_detects_tampering() {
 fn secrets_never_reach_the_fact_store_bytes() {
     let env = fixture_env();
     let run = env.aab(&["fixture-echo", "--message", "Authorization: Bearer abc.def.ghi password=hunter2"]);
-    expect_ok(&env, &run, "echo with secrets");
+    env.expect_ok(&run, "echo with secrets");
     // Also a persisted snapshot (regex extraction forces one).
     let run = echo_with_extract(
         &env,
         "Authorization: Bearer abc.def.ghi password=hunter2",
         &json!({"mode": "regex", "pattern": "Bearer", "inputPath": "/echo"}),
     );
-    expect_ok(&env, &run, "echo with secrets and extraction");
+    env.expect_ok(&run, "echo with secrets and extraction");
     // Raw bytes while the runtime is live (WAL and shm present), then after a stop
     // (checkpointed into facts.sqlite).
     let mut leaks = Vec::new();

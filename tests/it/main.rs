@@ -5,6 +5,8 @@
 
 mod facts;
 mod foundation;
+mod intent;
 mod pipeline;
 mod plugin_sdk;
+mod script;
 mod web;

@@ -30,18 +30,6 @@ enum Dispatch {
     Ambiguous,
 }
 
-/// The run must exit 0 with `execution.ok:true`; returns the body.
-#[track_caller]
-fn expect_ok(env: &TestEnv, run: &Run, what: &str) -> Value {
-    let body = env.json_of(run);
-    env.check(
-        run.exit() == 0 && body.pointer("/execution/ok") == Some(&json!(true)),
-        run,
-        &format!("{what}: expected a successful reply (exit 0, execution.ok:true)"),
-    );
-    body
-}
-
 /// The run must fail with `code` and the given dispatch facts; returns the body.
 #[track_caller]
 fn expect_failure(env: &TestEnv, run: &Run, code: &str, dispatch: Dispatch, what: &str) -> Value {
@@ -72,7 +60,7 @@ fn lane_seq_probe(env: &TestEnv, lane: &str) -> u64 {
     // Its own device: a probe must not depend on how the host treats device-less mutations.
     let device = format!("probe-{lane}");
     let run = env.aab(&["fixture-sleep", "--duration-ms", "0", "--lane", lane, "--device", &device, "--tag", "probe"]);
-    let body = expect_ok(env, &run, "lane probe");
+    let body = env.expect_ok(&run, "lane probe");
     match body.pointer("/value/laneSeq").and_then(Value::as_u64) {
         Some(n) => n,
         None => env.fail(&run, "fixture-sleep must report value.laneSeq"),
@@ -125,7 +113,7 @@ fn wait_for_pending(env: &TestEnv, serial: &str) -> Value {
 #[track_caller]
 fn ownership_status(env: &TestEnv, serial: &str) -> (Value, Run) {
     let run = env.aab(&["device-ownership", "--operation", "status", "--serial", serial]);
-    let body = expect_ok(env, &run, "device-ownership status");
+    let body = env.expect_ok(&run, "device-ownership status");
     (body.get("value").cloned().unwrap_or(Value::Null), run)
 }
 
@@ -164,7 +152,7 @@ fn expect_mutation_refused(env: &TestEnv, serial: &str, lane: &str, code: &str, 
 #[track_caller]
 fn expect_mutation_ok(env: &TestEnv, serial: &str, what: &str) -> Value {
     let run = env.aab(&["fixture-sleep", "--duration-ms", "0", "--device", serial, "--tag", "ok"]);
-    let body = expect_ok(env, &run, what);
+    let body = env.expect_ok(&run, what);
     body.get("value").cloned().unwrap_or(Value::Null)
 }
 
@@ -172,7 +160,7 @@ fn expect_mutation_ok(env: &TestEnv, serial: &str, what: &str) -> Value {
 #[track_caller]
 fn active_requests(env: &TestEnv) -> u64 {
     let run = env.aab(&["runtime", "--operation", "status"]);
-    let body = expect_ok(env, &run, "runtime status");
+    let body = env.expect_ok(&run, "runtime status");
     match body.pointer("/value/active").and_then(Value::as_u64) {
         Some(n) => n,
         None => env.fail(&run, "runtime status must report value.active"),
@@ -182,7 +170,7 @@ fn active_requests(env: &TestEnv) -> u64 {
 #[track_caller]
 fn executed_count(env: &TestEnv) -> u64 {
     let run = env.aab(&["runtime", "--operation", "status"]);
-    let body = expect_ok(env, &run, "runtime status");
+    let body = env.expect_ok(&run, "runtime status");
     match body.pointer("/value/executed").and_then(Value::as_u64) {
         Some(n) => n,
         None => env.fail(&run, "runtime status must report value.executed"),
@@ -207,7 +195,7 @@ fn wait_active(env: &TestEnv, n: u64) {
 #[track_caller]
 fn cancel(env: &TestEnv, request_id: &str, n: u64) {
     let run = env.aab(&["runtime", "--operation", "cancel", "--cancel-request-id", request_id]);
-    let body = expect_ok(env, &run, "runtime cancel");
+    let body = env.expect_ok(&run, "runtime cancel");
     env.check(body.pointer("/value/cancelled") == Some(&json!(n)), &run, &format!("cancel must report cancelled: {n}"));
 }
 
@@ -348,7 +336,7 @@ fn lost_reply_is_unresolved_until_its_durable_receipt_reconciles_it() {
 
     // The matching receipt releases it.
     let run = reconcile(&env, serial);
-    let body = expect_ok(&env, &run, "reconcile with the matching durable receipt");
+    let body = env.expect_ok(&run, "reconcile with the matching durable receipt");
     let v = &body["value"];
     env.check(v["phase"] == "idle" && v["recovered"] == true, &run, "reconcile must report phase idle, recovered:true");
     env.check(v.pointer("/executionReceipt/actionId") == Some(&json!(action)), &run, "the settlement must name the original action");
@@ -358,7 +346,7 @@ fn lost_reply_is_unresolved_until_its_durable_receipt_reconciles_it() {
 
     // Reconciling an idle device recovers nothing and changes nothing.
     let run = reconcile(&env, serial);
-    let body = expect_ok(&env, &run, "reconcile of an idle device");
+    let body = env.expect_ok(&run, "reconcile of an idle device");
     env.check(body.pointer("/value/recovered") == Some(&json!(false)), &run, "an idle device has nothing to recover");
 
     let v = expect_mutation_ok(&env, serial, "a mutation after reconciliation");
@@ -484,7 +472,7 @@ fn sigkill_mid_action_leaves_the_device_unresolved_until_reconciled() {
     expect_mutation_refused(&other, serial, "k2", "device_ownership_unresolved", "a mutation after SIGKILL (second runtime)");
 
     let run = reconcile(&other, serial);
-    let body = expect_ok(&other, &run, "reconcile from the second runtime with the durable receipt");
+    let body = other.expect_ok(&run, "reconcile from the second runtime with the durable receipt");
     other.check(body.pointer("/value/recovered") == Some(&json!(true)), &run, "recovered:true");
     other.check(body.pointer("/value/phase") == Some(&json!("idle")), &run, "phase idle");
     expect_phase(&env, serial, "idle");
@@ -742,7 +730,7 @@ fn mutation_without_a_device_runs_without_ownership() {
     let env = TestEnv::new();
     env.install_fixtures();
     let run = env.aab(&["fixture-sleep", "--duration-ms", "0", "--lane", "no-device", "--tag", "t"]);
-    let body = expect_ok(&env, &run, "fixture-sleep without --device");
+    let body = env.expect_ok(&run, "fixture-sleep without --device");
     env.check(body.pointer("/value/laneSeq") == Some(&json!(1)), &run, "it ran once on its lane");
     let journals: Vec<PathBuf> =
         aab_e2e::all_files(&env.ownership).into_iter().filter(|p| p.extension().is_some_and(|e| e == "json")).collect();
@@ -880,9 +868,9 @@ fn runtime_stop_ends_queued_requests_and_drains_the_running_one() {
         let stop = env.aab(&["runtime", "--operation", "stop"]);
         (a.join().unwrap(), b.join().unwrap(), stop)
     });
-    expect_ok(&env, &stop, "runtime stop");
+    env.expect_ok(&stop, "runtime stop");
     expect_failure(&env, &b, "runtime_stopped", Dispatch::No, "the queued request at stop");
-    let body = expect_ok(&env, &a, "the running request must drain and complete");
+    let body = env.expect_ok(&a, "the running request must drain and complete");
     env.check(body.pointer("/value/tag") == Some(&json!("a")), &a, "A's own reply");
     assert!(wait_for_exit(pid, Duration::from_secs(15)), "the runtime must exit after stop\n{}", env.report(None));
 
@@ -984,9 +972,9 @@ fn repeated_request_id_with_same_arguments_executes_once() {
     use_receipts(&env, &receipts);
     let cmd =
         ["fixture-sleep", "--duration-ms", "0", "--lane", "idem-seq", "--device", "idem-seq-dev", "--tag", "x", "--request-id", "same-1"];
-    let first = expect_ok(&env, &env.aab(&cmd), "first request");
+    let first = env.expect_ok(&env.aab(&cmd), "first request");
     let second_run = env.aab(&cmd);
-    let second = expect_ok(&env, &second_run, "repeated request");
+    let second = env.expect_ok(&second_run, "repeated request");
     let action = first.pointer("/value/actionId").and_then(Value::as_str).expect("actionId");
     env.check(second.pointer("/value/actionId") == Some(&json!(action)), &second_run, "the repeat must carry the original actionId");
     env.check(second.pointer("/value/laneSeq") == Some(&json!(1)), &second_run, "the repeat must carry the original outcome");
@@ -1020,8 +1008,8 @@ fn concurrent_requests_with_the_same_request_id_execute_once() {
         let b = s.spawn(|| env.aab(&cmd));
         (a.join().unwrap(), b.join().unwrap())
     });
-    let va = expect_ok(&env, &a, "first concurrent request");
-    let vb = expect_ok(&env, &b, "second concurrent request");
+    let va = env.expect_ok(&a, "first concurrent request");
+    let vb = env.expect_ok(&b, "second concurrent request");
     let action = va.pointer("/value/actionId").and_then(Value::as_str).expect("actionId");
     env.check(vb.pointer("/value/actionId") == Some(&json!(action)), &b, &format!("both replies must carry the same actionId {action}"));
     assert_eq!(receipt_files(&receipts), [format!("{action}.json")], "one effect\n{}", env.report(None));
@@ -1039,7 +1027,7 @@ fn request_id_reused_with_different_arguments_is_a_conflict() {
     let lane = "idem-conf";
     let first =
         env.aab(&["fixture-sleep", "--duration-ms", "0", "--lane", lane, "--device", "conf-dev-1", "--tag", "a", "--request-id", "conf-1"]);
-    expect_ok(&env, &first, "the original request");
+    env.expect_ok(&first, "the original request");
     let run =
         env.aab(&["fixture-sleep", "--duration-ms", "0", "--lane", lane, "--device", "conf-dev-1", "--tag", "b", "--request-id", "conf-1"]);
     expect_failure(&env, &run, "idempotency_conflict", Dispatch::No, "a settled requestId reused with other arguments");

@@ -408,6 +408,18 @@ impl TestEnv {
         }
     }
 
+    /// The run must exit 0 with `execution.ok:true`; returns the reply body.
+    #[track_caller]
+    pub fn expect_ok(&self, run: &Run, what: &str) -> Value {
+        let body = self.json_of(run);
+        self.check(
+            run.exit() == 0 && body.pointer("/execution/ok") == Some(&Value::Bool(true)),
+            run,
+            &format!("{what}: expected a successful reply (exit 0, execution.ok:true)"),
+        );
+        body
+    }
+
     /// Everything needed to understand a failure: the run (if any), the commands this
     /// test ran, its environment, the runtime log(s) and a listing of its directories.
     pub fn report(&self, run: Option<&Run>) -> String {

@@ -106,6 +106,17 @@ pub struct Catalog {
 }
 
 impl Catalog {
+    /// The Intent providers declared by loaded (registered) plugins, with the
+    /// declaring plugin's name.
+    pub fn intent_providers(&self) -> Vec<(String, aab_plugin_api::protocol::IntentProvider)> {
+        self.reports
+            .iter()
+            .filter(|r| r.error.is_none())
+            .filter_map(|r| r.manifest.as_ref())
+            .flat_map(|m| m.intent_providers.iter().map(move |p| (m.name.clone(), p.clone())))
+            .collect()
+    }
+
     pub fn build(config: &Config, cache: &mut DigestCache, mode: LoadMode) -> Catalog {
         let mut registry = Registry::new(builtins::specs());
         let mut reports = Vec::new();

@@ -57,7 +57,7 @@ struct Runtime {
     started_at_ms: u64,
     identity: Identity,
     config: Config,
-    host: ExecutionHost,
+    host: Arc<ExecutionHost>,
     stopping: AtomicBool,
     stop: Notify,
     active: AtomicUsize,
@@ -98,7 +98,7 @@ async fn daemon_main() -> Result<(), CommandError> {
         started_at_ms: crate::ids::now_ms(),
         identity,
         config,
-        host: ExecutionHost::new(catalog, runtime_id, ownership, facts),
+        host: Arc::new(ExecutionHost::new(catalog, runtime_id, ownership, facts)),
         stopping: AtomicBool::new(false),
         stop: Notify::new(),
         active: AtomicUsize::new(0),
@@ -139,6 +139,15 @@ async fn daemon_main() -> Result<(), CommandError> {
             break;
         }
         let _ = tokio::time::timeout(std::time::Duration::from_millis(50), notified).await;
+    }
+    // Engine operations were cancelled by `begin_stop`; give them a bounded time to
+    // persist their terminal checkpoints before ownership is released.
+    let engines = async {
+        runtime.host.intents.drain().await;
+        runtime.host.scripts.drain().await;
+    };
+    if tokio::time::timeout(std::time::Duration::from_secs(15), engines).await.is_err() {
+        tracing::warn!("engine operations did not finish draining within 15 s");
     }
     remove_endpoint_if_ours(&runtime.config.endpoint_path(), &runtime.runtime_id, &runtime.config.facts_dir.display().to_string());
     tracing::info!(runtime_id = %runtime.runtime_id, "runtime stopped");

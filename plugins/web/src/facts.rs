@@ -7,7 +7,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
-use aab_plugin_api::{Context, ProviderError};
+use aab_plugin_api::{Context, HostHandle, ProviderError};
 use serde_json::{Value, json};
 
 use crate::ids::{now_ms, uuid_v4};
@@ -62,6 +62,9 @@ struct Memory {
 
 pub struct Facts {
     mode: Mutex<Mode>,
+    /// Host services kept from the first call, so capture records are committed the
+    /// moment they arrive rather than at the next command.
+    detached: Mutex<Option<HostHandle>>,
     memory: Mutex<Memory>,
     /// Why the host store is not used (for status replies).
     reason: Mutex<Option<String>>,
@@ -77,7 +80,7 @@ pub enum AppendError {
 
 impl Default for Facts {
     fn default() -> Self {
-        Facts { mode: Mutex::new(Mode::Unknown), memory: Mutex::new(Memory::default()), reason: Mutex::new(None) }
+        Facts { mode: Mutex::new(Mode::Unknown), detached: Mutex::new(None), memory: Mutex::new(Memory::default()), reason: Mutex::new(None) }
     }
 }
 
@@ -118,16 +121,28 @@ impl Facts {
             // Another failure (e.g. a transient store error): the service exists.
             Err(_) => Mode::Host,
         };
+        if mode == Mode::Host {
+            *lock(&self.detached) = Some(ctx.detach());
+        }
         *lock(&self.mode) = mode;
+    }
+
+    fn host_append(&self, ctx: Option<&Context<'_>>, params: &Value) -> Result<Value, AppendError> {
+        if let Some(ctx) = ctx {
+            return ctx.host_call("facts.append", params).map_err(AppendError::Failed);
+        }
+        match lock(&self.detached).as_ref() {
+            Some(handle) => handle.host_call("facts.append", params).map_err(AppendError::Failed),
+            None => Err(AppendError::NeedsContext),
+        }
     }
 
     /// Append one record. Memory mode needs no context; host mode does.
     pub fn append(&self, ctx: Option<&Context<'_>>, stream: &str, key: &str, record: &Value) -> Result<Receipt, AppendError> {
         match self.mode() {
             Mode::Host => {
-                let Some(ctx) = ctx else { return Err(AppendError::NeedsContext) };
                 let params = json!({"stream": stream, "key": key, "record": record, "durability": "sync"});
-                let reply = ctx.host_call("facts.append", &params).map_err(AppendError::Failed)?;
+                let reply = self.host_append(ctx, &params)?;
                 let sequence = reply.get("sequence").and_then(Value::as_u64);
                 let Some(sequence) = sequence else {
                     return Err(AppendError::Failed(ProviderError::new("host_protocol_error", format!("facts.append returned no sequence: {reply}"))));
@@ -191,7 +206,8 @@ impl Facts {
             return Ok(Page {
                 next_sequence,
                 has_more: reply.get("hasMore").and_then(Value::as_bool).unwrap_or(false),
-                gap: reply.get("gap").and_then(Value::as_bool).unwrap_or(false),
+                // The host reports a gap as `{from, to}` (or null when there is none).
+                gap: reply.get("gap").is_some_and(|g| g.as_bool().unwrap_or(!g.is_null())) || reply.get("expired").and_then(Value::as_bool).unwrap_or(false),
                 records,
             });
         }

@@ -22,7 +22,132 @@ pub fn manifest() -> Manifest {
     m.platforms = vec!["web".to_string()];
     m.features = vec!["web-sdk-v2".to_string(), "managed-execution".to_string(), "capture-barrier".to_string()];
     m.commands = commands();
+    m.intent_providers = vec![h5_intent_provider()];
     m
+}
+
+/// The Web `h5` Intent provider: observe with `web-dom`, act with the managed
+/// actions. Every action is bound to the committed observation: the selector is
+/// resolved by the host against that observation and the dispatched command carries
+/// the element's id and `expectedTarget` (pageRef + element identity) from it.
+fn h5_intent_provider() -> aab_plugin_api::protocol::IntentProvider {
+    use aab_plugin_api::protocol::{IntentAction, IntentCall, IntentProvider, IntentStream, IntentSummarize};
+    let identity = ["elementId", "tag", "id", "name", "type", "role", "ariaLabel", "placeholder", "href", "text"];
+    let page = |extra: Value| {
+        let mut a = json!({"sessionId": "${target.sessionId}", "runtimeEpoch": "${target.runtimeEpoch}"});
+        if let (Value::Object(a), Value::Object(extra)) = (&mut a, extra) {
+            a.extend(extra);
+        }
+        a
+    };
+    let bound = |extra: Value| {
+        page(json!({"selector": {"elementId": "${element.elementId}"},
+                    "expectedTarget": {"pageRef": "${observation.pageRef}", "element": "${element.identity}"}}))
+        .as_object()
+        .cloned()
+        .map(|mut m| {
+            if let Value::Object(extra) = extra {
+                m.extend(extra);
+            }
+            Value::Object(m)
+        })
+        .unwrap_or(Value::Null)
+    };
+    let intent_selector = json!({
+        "type": "object", "additionalProperties": false,
+        "description": "One element of the committed observation: its elementId, or its exact text or aria-label, optionally narrowed by tag/role",
+        "properties": {
+            "elementId": {"type": "string", "pattern": "^e[1-9][0-9]{0,9}$"},
+            "text": {"type": "string", "minLength": 1, "maxLength": 300},
+            "ariaLabel": {"type": "string", "minLength": 1, "maxLength": 1024},
+            "tag": {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9-]{0,63}$"},
+            "role": {"type": "string", "pattern": "^[a-z][a-z-]{0,63}$"}
+        },
+        "oneOf": [{"required": ["elementId"]}, {"required": ["text"]}, {"required": ["ariaLabel"]}]
+    });
+    let action_schema = |name: &str, extra: Value, required: &[&str]| {
+        let mut properties = json!({"action": {"const": name}, "selector": intent_selector.clone()});
+        if let (Value::Object(p), Value::Object(extra)) = (&mut properties, extra) {
+            p.extend(extra);
+        }
+        let mut req = vec!["action"];
+        req.extend_from_slice(required);
+        json!({"type": "object", "additionalProperties": false, "properties": properties, "required": req})
+    };
+    let delta = |axis: &str| json!({"type": "number", "minimum": -2147483647, "maximum": 2147483647, "description": format!("CSS pixels along {axis}")});
+    let stream = |name: &str| IntentStream {
+        stream: name.to_string(),
+        command: format!("web-{name}"),
+        arguments: page(json!({"view": "${require.view}", "sinceMs": "${require.sinceMs}", "factCursor": "${watermark}"})),
+        watermark: Some("/watermarkCursor".to_string()),
+        coverage: Some("/coverage/status".to_string()),
+    };
+    IntentProvider {
+        platform: "web".to_string(),
+        provider: "h5".to_string(),
+        default: true,
+        target_schema: json!({
+            "type": "object", "additionalProperties": false,
+            "required": ["platform", "sessionId", "runtimeEpoch"],
+            "properties": {"platform": {"const": "web"}, "sessionId": session_id(), "runtimeEpoch": runtime_epoch(), "targetId": target_id()}
+        }),
+        observe: IntentCall { command: "web-dom".to_string(), arguments: page(json!({"maxControls": 500})) },
+        summarize: IntentSummarize {
+            elements: "/dom/controls".to_string(),
+            element_id: "elementId".to_string(),
+            identity_fields: identity.iter().map(|s| s.to_string()).collect(),
+            node_fields: ["elementId", "tag", "role", "type", "id", "name", "text", "ariaLabel", "placeholder", "href", "value", "checked", "disabled", "visible", "editable", "interaction", "bounds"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            selector_fields: [("elementId", "elementId"), ("text", "text"), ("ariaLabel", "ariaLabel"), ("tag", "tag"), ("role", "role")]
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect(),
+            page: [("pageRef", "/pageRef"), ("title", "/dom/title"), ("url", "/dom/url"), ("readyState", "/dom/readyState"), ("viewport", "/dom/viewport")]
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect(),
+            body_text: Some("/dom/bodyText".to_string()),
+            source_truncated: Some("/dom/truncated".to_string()),
+        },
+        actions: vec![
+            IntentAction {
+                action: "tap".to_string(),
+                command: "web-click".to_string(),
+                arguments_template: bound(json!({})),
+                schema: action_schema("tap", json!({}), &["selector"]),
+            },
+            IntentAction {
+                action: "inputText".to_string(),
+                command: "web-input".to_string(),
+                arguments_template: bound(json!({"value": "${action.value}"})),
+                schema: action_schema("inputText", json!({"value": {"type": "string", "maxLength": 16384}}), &["selector", "value"]),
+            },
+            IntentAction {
+                action: "pressKey".to_string(),
+                command: "web-key".to_string(),
+                arguments_template: bound(json!({"key": "${action.key}"})),
+                schema: action_schema("pressKey", json!({"key": {"type": "string", "enum": ["Enter", "Escape"]}}), &["selector", "key"]),
+            },
+            IntentAction {
+                action: "scroll".to_string(),
+                command: "web-scroll".to_string(),
+                arguments_template: bound(json!({"mode": "into-view"})),
+                schema: action_schema("scroll", json!({}), &["selector"]),
+            },
+            IntentAction {
+                action: "scrollBy".to_string(),
+                command: "web-scroll".to_string(),
+                arguments_template: bound(json!({"mode": "by", "deltaX": "${action.deltaX}", "deltaY": "${action.deltaY}"})),
+                schema: extend(
+                    action_schema("scrollBy", json!({"deltaX": delta("x"), "deltaY": delta("y")}), &[]),
+                    json!({"anyOf": [{"required": ["deltaX"]}, {"required": ["deltaY"]}]}),
+                ),
+            },
+        ],
+        streams: ["logs", "network", "state", "events"].iter().map(|s| stream(s)).collect(),
+    }
 }
 
 /// Shared metadata of one command; callers adjust what differs.

@@ -1,0 +1,1042 @@
+//! The Intent engine: a supervised observe → decide → act loop against committed
+//! revisions, with durable execution evidence (namespace `intent`).
+//!
+//! Provider-generic: what to observe, how to summarise and how each public action
+//! maps to a command come from the plugins' manifest `intentProviders`; the engine
+//! never branches on a platform or provider name. Every device call goes through
+//! [`ExecutionHost::call`] (validation, admission, ownership, dispatch, history),
+//! bounded by the Intent's lifetime deadline and its shared cancellation.
+//!
+//! Order of an `act`: decision evidence → dispatch marker → `host.call` → action
+//! receipt → new observation + summary → revision visible. Terminal outcomes pass
+//! through `finishing` / `cancelling` and a durable `intent-terminal` checkpoint
+//! before they are exposed (`blocked_evidence_store` when that commit fails).
+
+mod provider;
+mod schema;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aab_facts::{Cursor, Durability, Namespace};
+use aab_plugin_api::CommandSpec;
+use aab_plugin_api::protocol::IntentProvider;
+use serde_json::{Map, Value, json};
+
+use crate::admission::{Cancel, CancelReason};
+use crate::error::CommandError;
+use crate::facts::{Facts, to_command_error};
+use crate::pipeline::{ExecutionHost, InternalCall};
+use crate::reply::ExecOutcome;
+
+const LIFECYCLE: &str = "aab.intent-lifecycle/v1";
+const MAX_LIVE: usize = 256;
+const MAX_EVENTS: usize = 256;
+const TERMINAL: &[&str] = &["completed", "failed", "inconclusive", "cancelled", "timeout", "ambiguous", "blocked_evidence_store", "intervention_required"];
+
+fn is_terminal(status: &str) -> bool {
+    TERMINAL.contains(&status)
+}
+
+/// The `intent` command spec.
+pub fn spec() -> Option<CommandSpec> {
+    Some(schema::spec())
+}
+
+/// Per-runtime engine state (operations and their tasks).
+#[derive(Default)]
+pub struct IntentEngine {
+    ops: Mutex<HashMap<String, Arc<Op>>>,
+    closed: AtomicBool,
+}
+
+struct Op {
+    id: String,
+    facts: Facts,
+    cwd: String,
+    deadline: Instant,
+    cancel: Cancel,
+    /// Serialises observation / action work of one Intent.
+    work: tokio::sync::Mutex<()>,
+    /// Set once the terminal status is exposed (ends the deadline watcher).
+    done: tokio_util::sync::CancellationToken,
+    st: Mutex<St>,
+}
+
+struct St {
+    status: String,
+    revision: u64,
+    error: Option<String>,
+    last_decision_id: Option<String>,
+    decisions: HashSet<String>,
+    mode: String,
+    goal: String,
+    target: Value,
+    plugin: String,
+    provider: IntentProvider,
+    observation_target: Value,
+    observation_failure: Value,
+    summary: Value,
+    observation: Value,
+    latest: Map<String, Value>,
+    events: VecDeque<Value>,
+    event_seq: u64,
+    dropped: u64,
+    timings: Map<String, Value>,
+    action_steps: u64,
+    agent_calls: u64,
+    started_at_ms: u64,
+    deadline_ms: u64,
+    last_action: Value,
+    terminal_evidence_id: Option<String>,
+    pending: u64,
+    require: Value,
+    watermarks: Map<String, Value>,
+    capture: Value,
+    paused_from: Option<String>,
+}
+
+impl St {
+    fn event(&mut self, kind: &str, extra: Value) {
+        self.event_seq += 1;
+        let mut e = json!({"sequence": self.event_seq, "type": kind, "status": self.status, "revision": self.revision, "atMs": crate::ids::now_ms()});
+        if let (Value::Object(m), Value::Object(x)) = (&mut e, extra) {
+            m.extend(x);
+        }
+        self.events.push_back(e);
+        let bytes: usize = self.events.iter().map(|e| e.to_string().len()).sum();
+        if self.events.len() > MAX_EVENTS || bytes > 256 * 1024 {
+            self.events.pop_front();
+            self.dropped += 1;
+        }
+    }
+
+    fn timing(&mut self, key: &str, ms: u64) {
+        self.timings.insert(key.into(), json!(ms));
+    }
+
+    fn lifecycle(&self, op_id: &str) -> Value {
+        json!({
+            "lifecycle": LIFECYCLE, "operationId": op_id, "status": self.status, "error": self.error, "goal": self.goal, "target": self.target,
+            "provider": self.provider.provider, "observationTarget": self.observation_target, "observationFailure": self.observation_failure,
+            "mode": self.mode, "revision": self.revision, "lastDecisionId": self.last_decision_id, "startedAtMs": self.started_at_ms,
+            "deadlineMs": self.deadline_ms, "latestEvidenceIds": self.latest, "lastAction": self.last_action, "agentCalls": self.agent_calls,
+            "actionSteps": self.action_steps, "timings": self.timings, "restartPolicy": "none",
+        })
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+fn err_details(e: CommandError, op: &Op) -> CommandError {
+    let st = op.st.lock().expect("intent state");
+    details_of(&st, &op.id, e)
+}
+
+/// [`err_details`] while the state lock is already held.
+fn details_of(st: &St, op_id: &str, e: CommandError) -> CommandError {
+    let mut d = e.details.clone().unwrap_or_else(|| json!({}));
+    if let Value::Object(m) = &mut d {
+        m.insert("operationId".into(), json!(op_id));
+        m.insert("status".into(), json!(st.status));
+        m.insert("revision".into(), json!(st.revision));
+    }
+    e.with_details(d)
+}
+
+/// Append one evidence record durably (off the async workers).
+async fn persist(facts: &Facts, op_id: &str, kind: &str, payload: Value) -> Result<(String, u64), CommandError> {
+    let facts = facts.clone();
+    let (op_id, kind) = (op_id.to_string(), kind.to_string());
+    tokio::task::spawn_blocking(move || {
+        let store = facts.store()?;
+        store.append_evidence(Namespace::Intent, &op_id, &kind, &payload, Durability::Sync).map(|r| (r.evidence_id, r.sequence)).map_err(|e| to_command_error(&e))
+    })
+    .await
+    .unwrap_or_else(|e| Err(CommandError::new("fact_store_unavailable", e.to_string())))
+}
+
+fn text<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
+    args.get(key).and_then(Value::as_str)
+}
+
+pub async fn handle(host: &Arc<ExecutionHost>, arguments: &Value, cwd: &str) -> ExecOutcome {
+    let op = text(arguments, "operation").unwrap_or("status");
+    // Boxed: Intent actions re-enter the pipeline (`host.call`), which dispatches here.
+    let result: Result<Value, CommandError> = Box::pin(async move { match op {
+        "start" => start(host, arguments, cwd).await,
+        "status" => status(host, arguments).await,
+        "observe" => observe_op(host, arguments).await,
+        "decide" => decide(host, arguments).await,
+        "pause" | "resume" => pause_resume(host, arguments, op == "pause").await,
+        "cancel" => stop(host, arguments, "cancelling", "cancelled", None).await,
+        "intervene" => stop(host, arguments, "finishing", "intervention_required", text(arguments, "reason").map(str::to_string)).await,
+        other => Err(CommandError::invalid("operation", format!("unknown intent operation `{other}`"))),
+    } })
+    .await;
+    match result {
+        Ok(v) => ExecOutcome::Json(v),
+        Err(e) => ExecOutcome::Failed(e),
+    }
+}
+
+impl IntentEngine {
+    fn get(&self, id: &str) -> Option<Arc<Op>> {
+        self.ops.lock().expect("intent ops").get(id).cloned()
+    }
+
+    /// Runtime stop: close intake and cancel running operations' owned work.
+    pub fn shutdown(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        for op in self.ops.lock().expect("intent ops").values() {
+            op.cancel.cancel(CancelReason::RuntimeStopped);
+        }
+    }
+
+    /// Resolves once every live operation has persisted its terminal checkpoint.
+    pub async fn drain(&self) {
+        let ops: Vec<Arc<Op>> = self.ops.lock().expect("intent ops").values().cloned().collect();
+        for op in ops {
+            let live = { !is_terminal(&op.st.lock().expect("intent state").status) };
+            if live {
+                op.st.lock().expect("intent state").status = "cancelling".into();
+                let _guard = op.work.lock().await;
+                finish(&op, "cancelled", Some("runtime_stopped".into())).await;
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------ start
+
+fn choose_provider(host: &ExecutionHost, platform: &str, wanted: Option<&str>) -> Result<(String, IntentProvider), CommandError> {
+    let all = host.catalog.intent_providers();
+    let offered: Vec<&(String, IntentProvider)> = all.iter().filter(|(_, p)| p.platform == platform).collect();
+    let names: Vec<&str> = offered.iter().map(|(_, p)| p.provider.as_str()).collect();
+    let found = match wanted {
+        Some(w) => offered.iter().find(|(_, p)| p.provider == w),
+        None => offered.iter().find(|(_, p)| p.default).or(if offered.len() == 1 { offered.first() } else { None }),
+    };
+    found.map(|x| (*x).clone()).ok_or_else(|| {
+        CommandError::new(
+            "intent_provider_unsupported",
+            format!("no loaded plugin offers Intent provider {} for platform `{platform}`; offered: {names:?}", wanted.map_or("(default)".to_string(), |w| format!("`{w}`"))),
+        )
+        .with_field(if wanted.is_some() { "provider" } else { "target.platform" })
+        .with_details(json!({"platform": platform, "allowed": names}))
+    })
+}
+
+fn validate_with(schema: &Value, instance: &Value, field: &str) -> Result<(), CommandError> {
+    let validator = crate::registry::validate::compile(schema).map_err(|e| CommandError::new("intent_provider_invalid", format!("provider schema does not compile: {e}")))?;
+    crate::registry::validate::validate_instance(&validator, schema, instance, field)
+}
+
+async fn start(host: &Arc<ExecutionHost>, args: &Value, cwd: &str) -> Result<Value, CommandError> {
+    let engine = &host.intents;
+    if engine.closed.load(Ordering::SeqCst) {
+        return Err(CommandError::new("runtime_stopped", "the runtime is stopping; no new Intent starts"));
+    }
+    if text(args, "mode") == Some("autonomous") {
+        return Err(CommandError::new("agent_adapter_unavailable", "autonomous mode is not available in this build; use the supervised mode (decide)").with_field("mode"));
+    }
+    if args.get("recordingDir").is_some() {
+        return Err(CommandError::new("recording_unavailable", "Intent recording is not available in this build").with_field("recordingDir"));
+    }
+    let target = args.get("target").cloned().unwrap_or(Value::Null);
+    let platform = text(&target, "platform").unwrap_or_default().to_string();
+    let (plugin, provider) = choose_provider(host, &platform, text(args, "provider"))?;
+    validate_with(&provider.target_schema, &target, "target")?;
+    if let Some(t) = args.get("observationTarget").filter(|t| !t.is_null()) {
+        let _ = t;
+        return Err(CommandError::new("observation_target_unsupported", format!("provider `{}` takes no observationTarget", provider.provider)).with_field("observationTarget"));
+    }
+    let require = args.get("require").cloned().unwrap_or(Value::Null);
+    for s in require.get("streams").and_then(Value::as_array).into_iter().flatten() {
+        let name = s.as_str().unwrap_or_default();
+        if !provider.streams.iter().any(|d| d.stream == name) {
+            return Err(CommandError::new("intent_stream_unsupported", format!("provider `{}` offers no capture stream `{name}`", provider.provider)).with_field("require.streams"));
+        }
+    }
+    let op_id = text(args, "operationId").map(str::to_string).unwrap_or_else(|| format!("intent-{}", crate::ids::uuid_v4()));
+    let facts = host.facts.clone();
+    let store = facts.store()?.clone();
+    {
+        let ops = engine.ops.lock().expect("intent ops");
+        if ops.contains_key(&op_id) {
+            return Err(CommandError::new("operation_exists", format!("operation `{op_id}` exists; ids are never reused")).with_field("operationId"));
+        }
+        let live = ops.values().filter(|o| !is_terminal(&o.st.lock().expect("intent state").status)).count();
+        if live >= MAX_LIVE {
+            return Err(CommandError::new("registry_full", format!("{MAX_LIVE} Intents are live; finish one first")));
+        }
+    }
+    let id = op_id.clone();
+    let retained = tokio::task::spawn_blocking(move || store.read_evidence(Namespace::Intent, &id, &Cursor::After(0), 1))
+        .await
+        .map_err(|e| CommandError::new("fact_store_unavailable", e.to_string()))?
+        .map_err(|e| to_command_error(&e))?;
+    if !retained.records.is_empty() {
+        return Err(CommandError::new("operation_exists", format!("operation `{op_id}` has retained evidence; ids are never reused")).with_field("operationId"));
+    }
+    let lifetime = args.get("timeoutMs").and_then(Value::as_u64).unwrap_or(schema::DEFAULT_LIFETIME_MS);
+    let started_at_ms = crate::ids::now_ms();
+    let op = Arc::new(Op {
+        id: op_id.clone(),
+        facts: facts.clone(),
+        cwd: cwd.to_string(),
+        deadline: Instant::now() + Duration::from_millis(lifetime),
+        cancel: Cancel::default(),
+        work: tokio::sync::Mutex::new(()),
+        done: tokio_util::sync::CancellationToken::new(),
+        st: Mutex::new(St {
+            status: "created".into(),
+            revision: 0,
+            error: None,
+            last_decision_id: None,
+            decisions: HashSet::new(),
+            mode: "supervised".into(),
+            goal: text(args, "goal").unwrap_or_default().to_string(),
+            target: target.clone(),
+            plugin,
+            provider,
+            observation_target: Value::Null,
+            observation_failure: Value::Null,
+            summary: Value::Null,
+            observation: Value::Null,
+            latest: Map::new(),
+            events: VecDeque::new(),
+            event_seq: 0,
+            dropped: 0,
+            timings: Map::new(),
+            action_steps: 0,
+            agent_calls: 0,
+            started_at_ms,
+            deadline_ms: started_at_ms + lifetime,
+            last_action: Value::Null,
+            terminal_evidence_id: None,
+            pending: 0,
+            require,
+            watermarks: Map::new(),
+            capture: Value::Null,
+            paused_from: None,
+        }),
+    });
+    {
+        let mut ops = engine.ops.lock().expect("intent ops");
+        if ops.contains_key(&op_id) {
+            return Err(CommandError::new("operation_exists", format!("operation `{op_id}` exists")).with_field("operationId"));
+        }
+        ops.insert(op_id.clone(), op.clone());
+    }
+    let guard = op.work.lock().await;
+    let started = {
+        let st = op.st.lock().expect("intent state");
+        let mut l = st.lifecycle(&op_id);
+        l["status"] = json!("started");
+        json!({"stepId": "intent-started", "revision": 0, "target": st.target, "payloadSummary": l})
+    };
+    match persist(&facts, &op_id, "checkpoint", started).await {
+        Ok((eid, _)) => {
+            let mut st = op.st.lock().expect("intent state");
+            st.latest.insert("checkpoint".into(), json!(eid));
+            st.event("intent_started", json!({"evidenceId": eid}));
+        }
+        Err(e) => {
+            // Nothing was dispatched and nothing is retained: the id stays unused.
+            engine.ops.lock().expect("intent ops").remove(&op_id);
+            return Err(e);
+        }
+    }
+    // The lifetime deadline.
+    let watcher = op.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = tokio::time::sleep_until(watcher.deadline.into()) => expire(&watcher).await,
+            _ = watcher.done.cancelled() => {}
+        }
+    });
+    let host2 = host.clone();
+    let outcome = observe(&host2, &op).await;
+    drop(guard);
+    let _ = outcome;
+    Ok(snapshot(&op))
+}
+
+async fn expire(op: &Arc<Op>) {
+    {
+        let mut st = op.st.lock().expect("intent state");
+        if is_terminal(&st.status) || st.status == "cancelling" || st.status == "finishing" {
+            return;
+        }
+        st.status = "finishing".into();
+        st.event("stop_requested", json!({"reason": "deadline_exceeded"}));
+    }
+    op.cancel.cancel(CancelReason::Cancelled);
+    let _guard = op.work.lock().await;
+    finish(op, "timeout", Some("deadline_exceeded".into())).await;
+}
+
+// ------------------------------------------------------------------ observe
+
+/// Observe once (work lock held by the caller). Success commits a new revision;
+/// failure persists an `observation-failed` checkpoint and enters
+/// `waiting_for_observation`.
+async fn observe(host: &Arc<ExecutionHost>, op: &Arc<Op>) -> Result<(), CommandError> {
+    let t0 = Instant::now();
+    let (provider, target, require, watermarks, next_revision) = {
+        let mut st = op.st.lock().expect("intent state");
+        st.status = "observing".into();
+        st.event("observing", json!({}));
+        st.pending += 1;
+        (st.provider.clone(), st.target.clone(), st.require.clone(), st.watermarks.clone(), st.revision + 1)
+    };
+    let sources = provider::Sources { target: &target, action: None, element: None, observation: None, require: None, watermark: None };
+    let arguments = provider::render(&provider.observe.arguments, &sources);
+    let call = InternalCall { command: &provider.observe.command, arguments, cwd: op.cwd.clone(), deadline_cap: Some(op.deadline), cancel: Some(op.cancel.clone()), control: None };
+    let result = host.call(call).await;
+    let acquire_ms = ms(t0.elapsed());
+    let value = match result {
+        Ok(r) => match r.outcome {
+            ExecOutcome::Json(v) => Ok(v),
+            ExecOutcome::Failed(e) => Err(e),
+            _ => Err(CommandError::new("intent_observation_invalid", "the observation command returned no JSON")),
+        },
+        Err(e) => Err(e),
+    };
+    let observation = match value {
+        Ok(v) => v,
+        Err(e) => {
+            op.st.lock().expect("intent state").pending -= 1;
+            let payload = json!({"stepId": "observation-failed", "revision": next_revision - 1, "target": target,
+                                 "payloadSummary": {"provider": provider.provider, "command": provider.observe.command, "attempted": {"provider": provider.provider, "observationTarget": Value::Null}, "response": e.to_json()}});
+            let saved = persist(&op.facts, &op.id, "checkpoint", payload).await;
+            let mut st = op.st.lock().expect("intent state");
+            if !is_terminal(&st.status) && st.status == "observing" {
+                st.status = "waiting_for_observation".into();
+            }
+            st.timing("providerAcquireMs", acquire_ms);
+            match saved {
+                Ok((eid, _)) => {
+                    st.observation_failure = json!({"evidenceId": eid, "attempted": {"provider": provider.provider, "observationTarget": Value::Null}, "response": e.to_json()});
+                    st.latest.insert("observationFailure".into(), json!(eid));
+                }
+                Err(store) => st.error = Some(store.code.clone()),
+            }
+            st.event("blocked", json!({"error": e.code}));
+            return Err(e);
+        }
+    };
+    // Capture streams (`require.streams`), each read once per observation.
+    let mut captures = Map::new();
+    let mut capture_refs = Vec::new();
+    let mut coverages = Vec::new();
+    let mut new_watermarks = watermarks.clone();
+    let ts = Instant::now();
+    for s in require.get("streams").and_then(Value::as_array).into_iter().flatten() {
+        let name = s.as_str().unwrap_or_default();
+        let Some(decl) = provider.streams.iter().find(|d| d.stream == name) else { continue };
+        let history_view = require.get("view").and_then(Value::as_str) == Some("connected-history");
+        let wm = if history_view { None } else { watermarks.get(name) };
+        let sources = provider::Sources { target: &target, action: None, element: None, observation: Some(&observation), require: Some(&require), watermark: wm };
+        let arguments = provider::render(&decl.arguments, &sources);
+        let call = InternalCall { command: &decl.command, arguments, cwd: op.cwd.clone(), deadline_cap: Some(op.deadline), cancel: Some(op.cancel.clone()), control: None };
+        match host.call(call).await.map(|r| r.outcome) {
+            Ok(ExecOutcome::Json(v)) => {
+                let watermark = decl.watermark.as_deref().and_then(|p| v.pointer(p)).cloned().unwrap_or(Value::Null);
+                let coverage = decl.coverage.as_deref().and_then(|p| v.pointer(p)).and_then(Value::as_str).unwrap_or("unavailable").to_string();
+                if !watermark.is_null() {
+                    new_watermarks.insert(name.into(), watermark.clone());
+                }
+                capture_refs.push(json!({"stream": name, "command": decl.command, "watermark": watermark, "previousWatermark": wm, "coverage": coverage}));
+                coverages.push(coverage);
+                captures.insert(name.into(), v);
+            }
+            Ok(ExecOutcome::Failed(e)) | Err(e) => {
+                coverages.push("unavailable".into());
+                capture_refs.push(json!({"stream": name, "coverage": "unavailable", "error": e.code, "field": e.field, "message": e.message}));
+            }
+            Ok(_) => {
+                coverages.push("unavailable".into());
+                capture_refs.push(json!({"stream": name, "coverage": "unavailable", "error": "capture_not_json"}));
+            }
+        }
+    }
+    let coverage = if coverages.is_empty() {
+        Value::Null
+    } else if coverages.iter().all(|c| c == "complete") {
+        json!("complete")
+    } else if coverages.iter().all(|c| c == "unavailable") {
+        json!("unavailable")
+    } else {
+        json!("partial")
+    };
+    let capture_ms = ms(ts.elapsed());
+    let raw_tree_id = format!("{}:{next_revision}", op.id);
+    let tsum = Instant::now();
+    let summary = provider::summarize(&provider, &observation, &raw_tree_id, provider::SUMMARY_MAX_BYTES);
+    let summary_ms = ms(tsum.elapsed());
+    let summary_bytes = serde_json::to_vec(&summary).map(|b| b.len()).unwrap_or(0);
+    let tc = Instant::now();
+    let obs_payload = json!({
+        "revision": next_revision, "target": target, "provider": provider.provider, "capturedAtMs": crate::ids::now_ms(),
+        "rawTreeId": raw_tree_id, "rawTree": observation, "command": provider.observe.command, "observationTarget": Value::Null,
+        "captureRefs": capture_refs, "captureCoverage": coverage, "captures": captures,
+    });
+    let committed = match persist(&op.facts, &op.id, "observation", obs_payload).await {
+        Ok((obs_id, _)) => {
+            let sum_payload = json!({"revision": next_revision, "rawTreeId": raw_tree_id, "parentFactId": obs_id, "summary": summary, "bytes": summary_bytes, "truncated": summary["truncated"]});
+            persist(&op.facts, &op.id, "summary", sum_payload).await.map(|(sum_id, _)| (obs_id, sum_id))
+        }
+        Err(e) => Err(e),
+    };
+    let commit_ms = ms(tc.elapsed());
+    let mut st = op.st.lock().expect("intent state");
+    st.pending -= 1;
+    st.timing("providerAcquireMs", acquire_ms);
+    st.timing("captureMs", capture_ms);
+    st.timing("summaryMs", summary_ms);
+    st.timing("evidenceCommitMs", commit_ms);
+    match committed {
+        Ok((obs_id, sum_id)) => {
+            // Only now the revision becomes visible.
+            st.revision = next_revision;
+            st.observation = observation;
+            st.summary = summary;
+            st.watermarks = new_watermarks;
+            st.capture = if captures.is_empty() { Value::Null } else { json!({"coverage": coverage, "refs": capture_refs, "streams": captures}) };
+            st.observation_failure = Value::Null;
+            st.latest.insert("observation".into(), json!(obs_id));
+            st.latest.insert("summary".into(), json!(sum_id));
+            st.timing("summaryBytes", summary_bytes as u64);
+            if st.status == "observing" {
+                st.status = "waiting_for_decision".into();
+                st.event("waiting_for_decision", json!({"summaryEvidenceId": sum_id}));
+            }
+            Ok(())
+        }
+        Err(e) => {
+            // The observation is not committed: the revision stays where it was.
+            if st.status == "observing" {
+                st.status = "waiting_for_observation".into();
+            }
+            st.error = Some(e.code.clone());
+            st.event("blocked", json!({"error": e.code}));
+            Err(e)
+        }
+    }
+}
+
+async fn observe_op(host: &Arc<ExecutionHost>, args: &Value) -> Result<Value, CommandError> {
+    let op = live_op(host, args).await?;
+    if let Some(p) = text(args, "provider") {
+        let current = op.st.lock().expect("intent state").provider.provider.clone();
+        if p != current {
+            return Err(err_details(CommandError::new("intent_provider_unsupported", format!("this Intent's target offers provider `{current}` only; switching is not supported by this build")).with_field("provider"), &op));
+        }
+    }
+    if args.get("observationTarget").is_some_and(|t| !t.is_null()) {
+        return Err(err_details(CommandError::new("observation_target_unsupported", "this provider takes no observationTarget").with_field("observationTarget"), &op));
+    }
+    let Ok(guard) = op.work.try_lock() else {
+        return Err(err_details(CommandError::new("operation_busy", "an observation or action of this Intent is pending"), &op));
+    };
+    {
+        let st = op.st.lock().expect("intent state");
+        if !matches!(st.status.as_str(), "waiting_for_decision" | "waiting_for_observation") {
+            return Err(details_of(&st, &op.id, CommandError::new("not_waiting_for_decision", format!("observe is allowed while waiting, not in `{}`", st.status))));
+        }
+        if let Some(r) = args.get("basedOnRevision").and_then(Value::as_u64)
+            && r != st.revision
+        {
+            return Err(details_of(&st, &op.id, CommandError::new("reobserve_required", format!("revision {r} is not the committed revision {}", st.revision)).with_field("basedOnRevision")));
+        }
+    }
+    let _ = observe(host, &op).await;
+    drop(guard);
+    Ok(snapshot(&op))
+}
+
+// ------------------------------------------------------------------ decide
+
+async fn live_op(host: &Arc<ExecutionHost>, args: &Value) -> Result<Arc<Op>, CommandError> {
+    let id = text(args, "operationId").unwrap_or_default();
+    if let Some(op) = host.intents.get(id) {
+        return Ok(op);
+    }
+    // Retained but not live (an earlier runtime): never resumed, never replayed.
+    let recovered = recover(&host.facts, id, 0, 1).await?;
+    Err(CommandError::new("operation_not_live", format!("Intent `{id}` is not live in this runtime (status {}); nothing is replayed", recovered["status"]))
+        .with_field("operationId")
+        .with_details(json!({"operationId": id, "status": recovered["status"], "live": false, "recovered": true})))
+}
+
+async fn decide(host: &Arc<ExecutionHost>, args: &Value) -> Result<Value, CommandError> {
+    let t_total = Instant::now();
+    let op = live_op(host, args).await?;
+    let decision = args.get("decision").cloned().unwrap_or(Value::Null);
+    let decision_id = text(&decision, "decisionId").unwrap_or_default().to_string();
+    let based_on = decision.get("basedOnRevision").and_then(Value::as_u64).unwrap_or(0);
+    let agent = text(&decision, "agentDecision").unwrap_or_default().to_string();
+    let Ok(guard) = op.work.try_lock() else {
+        return Err(err_details(CommandError::new("operation_busy", "an observation or action of this Intent is pending"), &op));
+    };
+    // Pre-dispatch checks, in the contract's order; nothing is persisted or dispatched on rejection.
+    let (provider, observation, target, obs_ids) = {
+        let st = op.st.lock().expect("intent state");
+        if st.status != "waiting_for_decision" {
+            return Err(details_of(&st, &op.id, CommandError::new("not_waiting_for_decision", format!("the Intent is `{}`, not waiting_for_decision", st.status))));
+        }
+        if based_on != st.revision {
+            return Err(details_of(
+                &st,
+                &op.id,
+                CommandError::new("reobserve_required", format!("decision is based on revision {based_on}; the committed revision is {}", st.revision)).with_field("decision.basedOnRevision"),
+            ));
+        }
+        let ids: Vec<Value> = ["observation", "summary"].iter().filter_map(|k| st.latest.get(*k).cloned()).collect();
+        (st.provider.clone(), st.observation.clone(), st.target.clone(), ids)
+    };
+    if let Some(p) = text(&decision, "provider")
+        && p != provider.provider
+    {
+        return Err(err_details(
+            CommandError::new("intent_provider_mismatch", format!("the committed observation is from provider `{}`, not `{p}`", provider.provider)).with_field("decision.provider"),
+            &op,
+        ));
+    }
+    let mut resolved: Option<(Value, &aab_plugin_api::protocol::IntentAction)> = None;
+    let action = decision.get("action").cloned();
+    if let Some(action) = &action {
+        let name = text(action, "action").unwrap_or_default();
+        let Some(decl) = provider.actions.iter().find(|a| a.action == name) else {
+            let allowed: Vec<&str> = provider.actions.iter().map(|a| a.action.as_str()).collect();
+            return Err(err_details(
+                CommandError::new("intent_action_unsupported", format!("provider `{}` has no action `{name}`; its actions are {allowed:?}", provider.provider))
+                    .with_field("decision.action.action")
+                    .with_details(json!({"allowed": allowed, "provider": provider.provider})),
+                &op,
+            ));
+        };
+        validate_with(&decl.schema, action, "decision.action").map_err(|e| err_details(e, &op))?;
+        let element = match action.get("selector") {
+            Some(sel) => match provider::resolve(&provider.summarize, &observation, sel) {
+                Ok(e) => Some(provider::element_source(&provider.summarize, e)),
+                Err((why, n)) => {
+                    return Err(err_details(
+                        CommandError::new(if n > 1 { "intent_target_ambiguous" } else { "intent_target_not_observed" }, why).with_field("decision.action.selector"),
+                        &op,
+                    ));
+                }
+            },
+            None => None,
+        };
+        resolved = Some((element.unwrap_or(Value::Null), decl));
+    }
+    {
+        let st = op.st.lock().expect("intent state");
+        if st.decisions.contains(&decision_id) {
+            return Err(details_of(&st, &op.id, CommandError::new("duplicate_decision", format!("decisionId `{decision_id}` was already used in this Intent")).with_field("decision.decisionId")));
+        }
+    }
+    let action_hash = match &action {
+        Some(a) => aab_facts::canonical::canonical_sha256(a),
+        None => "terminal".to_string(),
+    };
+    let decision_payload = json!({
+        "decisionId": decision_id, "revision": based_on, "basedOnRevision": based_on, "basedOnEvidenceIds": obs_ids, "actionSpecHash": action_hash,
+        "agentDecision": agent, "action": action, "reason": decision.get("reason"), "provider": provider.provider,
+    });
+    let tc = Instant::now();
+    let decision_eid = match persist(&op.facts, &op.id, "decision", decision_payload).await {
+        Ok((eid, _)) => eid,
+        Err(e) => {
+            drop(guard);
+            op.st.lock().expect("intent state").status = "finishing".into();
+            let _g = op.work.lock().await;
+            finish(&op, "blocked_evidence_store", Some(e.code.clone())).await;
+            return Err(err_details(e, &op));
+        }
+    };
+    let mut commit_ms = ms(tc.elapsed());
+    {
+        let mut st = op.st.lock().expect("intent state");
+        st.decisions.insert(decision_id.clone());
+        st.last_decision_id = Some(decision_id.clone());
+        st.latest.insert("decision".into(), json!(decision_eid));
+    }
+    let Some((element, decl)) = resolved else {
+        // Terminal decisions.
+        let (status, error) = match agent.as_str() {
+            "complete" => ("completed", None),
+            "fail" => ("failed", Some("agent_declared_failure".to_string())),
+            _ => ("inconclusive", Some("agent_declared_inconclusive".to_string())),
+        };
+        {
+            let mut st = op.st.lock().expect("intent state");
+            st.status = "finishing".into();
+            st.event("terminal_decision", json!({"decisionId": decision_id, "agentDecision": agent}));
+        }
+        finish(&op, status, error).await;
+        drop(guard);
+        return Ok(snapshot(&op));
+    };
+
+    // act: dispatch marker → provider action → receipt.
+    let action_id = format!("{}:{decision_id}", op.id);
+    let sources = provider::Sources {
+        target: &target,
+        action: action.as_ref(),
+        element: (!element.is_null()).then_some(&element),
+        observation: Some(&observation),
+        require: None,
+        watermark: None,
+    };
+    let arguments = provider::render(&decl.arguments_template, &sources);
+    let raw_tree_id = format!("{}:{based_on}", op.id);
+    {
+        let mut st = op.st.lock().expect("intent state");
+        st.status = "decision_committed".into();
+    }
+    let marker = json!({
+        "actionId": action_id, "target": target, "actionSpecHash": action_hash, "decisionId": decision_id, "revision": based_on,
+        "state": "prepared", "command": decl.command, "action": decl.action, "rawTreeId": raw_tree_id, "parentFactId": decision_eid,
+    });
+    let tm = Instant::now();
+    let marker_eid = match persist(&op.facts, &op.id, "dispatch-marker", marker).await {
+        Ok((eid, _)) => eid,
+        Err(e) => {
+            op.st.lock().expect("intent state").status = "finishing".into();
+            finish(&op, "blocked_evidence_store", Some(e.code.clone())).await;
+            drop(guard);
+            return Err(err_details(e, &op));
+        }
+    };
+    commit_ms += ms(tm.elapsed());
+    {
+        let mut st = op.st.lock().expect("intent state");
+        st.latest.insert("marker".into(), json!(marker_eid));
+        st.pending += 1;
+    }
+    let started_at = crate::ids::now_ms();
+    let ta = Instant::now();
+    let call = InternalCall { command: &decl.command, arguments: arguments.clone(), cwd: op.cwd.clone(), deadline_cap: Some(op.deadline), cancel: Some(op.cancel.clone()), control: None };
+    let result = host.call(call).await;
+    let action_ms = ms(ta.elapsed());
+    let completed_at = crate::ids::now_ms();
+    op.st.lock().expect("intent state").pending -= 1;
+    let (host_action_id, outcome) = match result {
+        Ok(r) => (Some(r.action_id), r.outcome),
+        Err(e) => (None, ExecOutcome::Failed(e)),
+    };
+    let (mechanical, dispatched, ambiguous, provider_result, error) = match &outcome {
+        ExecOutcome::Failed(e) => {
+            let mech = if e.ambiguous { "ambiguous" } else if e.dispatched == Some(false) { "rejected" } else { "failed" };
+            (mech, json!(e.dispatched), e.ambiguous, e.to_json(), Some(e.clone()))
+        }
+        ExecOutcome::Json(v) => ("succeeded", json!(true), false, v.clone(), None),
+        _ => ("succeeded", json!(true), false, Value::Null, None),
+    };
+    let receipt = json!({
+        "actionId": action_id, "startedAtMs": started_at, "completedAtMs": completed_at, "mechanicalStatus": mechanical,
+        "providerResult": provider_result, "dispatched": dispatched, "ambiguous": ambiguous,
+        "executionReceipt": provider_result.get("executionReceipt").or_else(|| provider_result.get("receipt")),
+        "rawTreeId": raw_tree_id, "basedOnEvidenceIds": [decision_eid], "parentFactId": marker_eid, "target": target,
+        "revision": based_on, "command": decl.command, "hostActionId": host_action_id,
+    });
+    let tr = Instant::now();
+    let receipt_saved = persist(&op.facts, &op.id, "action-receipt", receipt).await;
+    let receipt_ms = ms(tr.elapsed());
+    let receipt_eid = receipt_saved.as_ref().ok().map(|(e, _)| e.clone());
+    {
+        let mut st = op.st.lock().expect("intent state");
+        if let Some(r) = &receipt_eid {
+            st.latest.insert("receipt".into(), json!(r));
+        }
+        st.last_action = json!({
+            "actionId": action_id, "receiptId": receipt_eid, "error": error.as_ref().map(|e| e.code.clone()), "ambiguous": ambiguous,
+            "warnings": [], "foregroundObservations": [], "dispatched": dispatched, "mechanicalStatus": mechanical,
+            "command": decl.command, "action": decl.action,
+        });
+        st.timing("actionMs", action_ms);
+        st.timing("receiptCommitMs", receipt_ms);
+        st.timing("decisionCommitMs", commit_ms);
+    }
+    if let Err(e) = receipt_saved {
+        op.st.lock().expect("intent state").status = "finishing".into();
+        finish(&op, "blocked_evidence_store", Some(e.code.clone())).await;
+        drop(guard);
+        return Err(err_details(e, &op));
+    }
+    let observe_ms = match error {
+        None => {
+            op.st.lock().expect("intent state").action_steps += 1;
+            let to = Instant::now();
+            let _ = observe(host, &op).await;
+            ms(to.elapsed())
+        }
+        Some(e) if !e.ambiguous && e.dispatched == Some(false) => {
+            // Not dispatched: back to waiting on the same revision, with the error.
+            let mut st = op.st.lock().expect("intent state");
+            if st.status == "decision_committed" {
+                st.status = "waiting_for_decision".into();
+            }
+            st.error = Some(e.code.clone());
+            st.event("action_failed", json!({"error": e.code, "dispatched": false}));
+            drop(st);
+            drop(guard);
+            return Err(err_details(e, &op));
+        }
+        Some(e) => {
+            let terminal = if e.ambiguous { "ambiguous" } else { "failed" };
+            {
+                let mut st = op.st.lock().expect("intent state");
+                if !matches!(st.status.as_str(), "cancelling" | "finishing") {
+                    st.status = "finishing".into();
+                }
+                st.event("action_failed", json!({"error": e.code, "dispatched": e.dispatched, "ambiguous": e.ambiguous}));
+            }
+            finish(&op, terminal, Some(e.code.clone())).await;
+            drop(guard);
+            return Err(err_details(e, &op));
+        }
+    };
+    drop(guard);
+    {
+        let mut st = op.st.lock().expect("intent state");
+        let total = ms(t_total.elapsed());
+        let observe_call = st.timings.get("providerAcquireMs").and_then(Value::as_u64).unwrap_or(0);
+        st.timing("observeMs", observe_ms);
+        st.timing("totalMs", total);
+        st.timing("workerOverheadMs", total.saturating_sub(action_ms + observe_call));
+    }
+    Ok(snapshot(&op))
+}
+
+// ------------------------------------------------------------------ pause / resume / stop
+
+async fn pause_resume(host: &Arc<ExecutionHost>, args: &Value, pause: bool) -> Result<Value, CommandError> {
+    let op = live_op(host, args).await?;
+    let Ok(_guard) = op.work.try_lock() else {
+        return Err(err_details(CommandError::new("operation_busy", "an observation or action of this Intent is pending"), &op));
+    };
+    {
+        let mut st = op.st.lock().expect("intent state");
+        if pause {
+            if !matches!(st.status.as_str(), "waiting_for_decision" | "waiting_for_observation" | "autonomous_deciding") {
+                drop(st);
+                return Err(err_details(CommandError::new("operation_busy", "only a waiting Intent can be paused"), &op));
+            }
+            st.paused_from = Some(st.status.clone());
+            st.status = "paused".into();
+            st.event("paused", json!({}));
+        } else {
+            if st.status != "paused" {
+                drop(st);
+                return Err(err_details(CommandError::new("not_paused", "the Intent is not paused"), &op));
+            }
+            st.status = st.paused_from.take().unwrap_or_else(|| "waiting_for_decision".into());
+            st.event("resumed", json!({}));
+        }
+    }
+    Ok(snapshot(&op))
+}
+
+async fn stop(host: &Arc<ExecutionHost>, args: &Value, stopping: &str, terminal: &str, reason: Option<String>) -> Result<Value, CommandError> {
+    let op = live_op(host, args).await?;
+    {
+        let mut st = op.st.lock().expect("intent state");
+        if is_terminal(&st.status) || st.status == "cancelling" || st.status == "finishing" {
+            // A settled outcome is never rewritten.
+            drop(st);
+            return Ok(snapshot(&op));
+        }
+        st.status = stopping.into();
+        st.event("stop_requested", json!({"reason": reason}));
+    }
+    op.cancel.cancel(CancelReason::Cancelled);
+    let _guard = op.work.lock().await;
+    let error = if terminal == "cancelled" { Some("cancelled".to_string()) } else { Some("intervention_required".to_string()) };
+    if let Some(r) = &reason {
+        op.st.lock().expect("intent state").last_action["interventionReason"] = json!(r);
+    }
+    finish(&op, terminal, error).await;
+    Ok(snapshot(&op))
+}
+
+/// Persist the terminal checkpoint, then expose the terminal status (or
+/// `blocked_evidence_store` when the commit fails). Idempotent.
+async fn finish(op: &Arc<Op>, status: &str, error: Option<String>) {
+    let payload = {
+        let mut st = op.st.lock().expect("intent state");
+        if is_terminal(&st.status) {
+            return;
+        }
+        st.error = error.clone();
+        let mut l = st.lifecycle(&op.id);
+        l["status"] = json!(status);
+        json!({"stepId": "intent-terminal", "revision": st.revision, "target": st.target, "payloadSummary": l})
+    };
+    let saved = persist(&op.facts, &op.id, "checkpoint", payload).await;
+    let mut st = op.st.lock().expect("intent state");
+    match saved {
+        Ok((eid, _)) => {
+            st.status = status.into();
+            st.terminal_evidence_id = Some(eid.clone());
+            st.latest.insert("checkpoint".into(), json!(eid));
+            st.event("terminal", json!({"terminalEvidenceId": eid, "error": error}));
+        }
+        Err(e) => {
+            st.status = "blocked_evidence_store".into();
+            st.error = Some(e.code.clone());
+            st.event("terminal_persistence_failed", json!({"error": e.code}));
+        }
+    }
+    let lifetime = crate::ids::now_ms().saturating_sub(st.started_at_ms);
+    st.timing("lifetimeMs", lifetime);
+    op.done.cancel();
+}
+
+// ------------------------------------------------------------------ status / history / recovery
+
+fn snapshot(op: &Op) -> Value {
+    let st = op.st.lock().expect("intent state");
+    let events: Vec<&Value> = st.events.iter().rev().take(32).collect::<Vec<_>>().into_iter().rev().collect();
+    json!({
+        "ok": true, "command": "intent", "operationId": op.id, "status": st.status, "revision": st.revision, "error": st.error,
+        "lastDecisionId": st.last_decision_id, "mode": st.mode, "goal": st.goal, "eventSequence": st.event_seq, "events": events,
+        "eventGap": st.dropped > 0, "droppedEvents": st.dropped, "provider": st.provider.provider, "plugin": st.plugin,
+        "observationTarget": st.observation_target, "observationFailure": st.observation_failure, "summary": st.summary,
+        "evidenceId": st.latest.get("summary"), "latestEvidenceIds": st.latest, "timings": st.timings, "agentCalls": st.agent_calls,
+        "actionSteps": st.action_steps, "deadlineMs": st.deadline_ms, "pendingOperations": st.pending,
+        "terminalEvidenceId": st.terminal_evidence_id, "lastAction": st.last_action, "capture": st.capture,
+        "live": true, "recovered": false, "restartPolicy": "none",
+    })
+}
+
+fn after_sequence(args: &Value) -> u64 {
+    match args.get("afterSequence") {
+        Some(Value::Number(n)) => n.as_u64().unwrap_or(0),
+        Some(Value::String(s)) => s.parse().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+async fn status(host: &Arc<ExecutionHost>, args: &Value) -> Result<Value, CommandError> {
+    let id = text(args, "operationId").unwrap_or_default().to_string();
+    let after = after_sequence(args);
+    let limit = args.get("limit").and_then(Value::as_u64).unwrap_or(20) as usize;
+    match host.intents.get(&id) {
+        Some(op) => {
+            let mut snap = snapshot(&op);
+            snap["history"] = history(&host.facts, &id, after, limit).await?;
+            Ok(snap)
+        }
+        None => recover(&host.facts, &id, after, limit).await,
+    }
+}
+
+fn ledger_item(op_id: &str, item: &aab_facts::evidence::EvidenceItem) -> Value {
+    let r = &item.record;
+    let kind = if item.kind == "checkpoint" { r.get("stepId").and_then(Value::as_str).unwrap_or("checkpoint").to_string() } else { item.kind.clone() };
+    let summary = match item.kind.as_str() {
+        "observation" => json!({"rawTreeId": r.get("rawTreeId"), "provider": r.get("provider"), "command": r.get("command"), "captureCoverage": r.get("captureCoverage")}),
+        "summary" => json!({"rawTreeId": r.get("rawTreeId"), "bytes": r.get("bytes"), "truncated": r.get("truncated"), "nodes": r.pointer("/summary/nodes").and_then(Value::as_array).map(Vec::len)}),
+        "decision" => json!({"decisionId": r.get("decisionId"), "agentDecision": r.get("agentDecision"), "action": r.get("action"), "basedOnRevision": r.get("basedOnRevision")}),
+        "dispatch-marker" => json!({"decisionId": r.get("decisionId"), "command": r.get("command"), "state": r.get("state")}),
+        "action-receipt" => json!({"mechanicalStatus": r.get("mechanicalStatus"), "dispatched": r.get("dispatched"), "ambiguous": r.get("ambiguous"), "error": r.pointer("/providerResult/error")}),
+        _ => r.get("payloadSummary").cloned().unwrap_or(Value::Null),
+    };
+    json!({
+        "schema": "aab.execution-fact/v1", "executionId": op_id, "sequence": item.sequence, "revision": r.get("revision"), "kind": kind,
+        "target": r.get("target"), "timestampMs": item.committed_at_ms, "actionId": r.get("actionId"), "parentFactId": r.get("parentFactId"),
+        "payloadSummary": summary, "evidenceRefs": [item.evidence_id], "checksum": item.checksum,
+    })
+}
+
+async fn read_all(facts: &Facts, op_id: &str, after: u64, limit: usize) -> Result<aab_facts::evidence::EvidencePage, CommandError> {
+    let store = facts.store()?.clone();
+    let id = op_id.to_string();
+    tokio::task::spawn_blocking(move || store.read_evidence(Namespace::Intent, &id, &Cursor::After(after), limit))
+        .await
+        .map_err(|e| CommandError::new("fact_store_unavailable", e.to_string()))?
+        .map_err(|e| to_command_error(&e))
+}
+
+async fn history(facts: &Facts, op_id: &str, after: u64, limit: usize) -> Result<Value, CommandError> {
+    let page = read_all(facts, op_id, after, limit).await?;
+    let items: Vec<Value> = page.records.iter().map(|i| ledger_item(op_id, i)).collect();
+    let last = page.records.last().map_or(after, |i| i.sequence);
+    Ok(json!({"items": items, "lastSequence": last, "hasMore": page.has_more, "gap": page.gap.map(|g| json!({"from": g.from, "to": g.to}))}))
+}
+
+/// `status` of an Intent that is not live in this runtime: rebuilt from
+/// checksum-verified evidence. Nothing is replayed.
+async fn recover(facts: &Facts, op_id: &str, after: u64, limit: usize) -> Result<Value, CommandError> {
+    let mut records = Vec::new();
+    let mut cursor = 0;
+    loop {
+        let page = read_all(facts, op_id, cursor, 1000).await?;
+        cursor = page.next_sequence;
+        let more = page.has_more;
+        records.extend(page.records);
+        if !more {
+            break;
+        }
+    }
+    if records.is_empty() {
+        return Err(CommandError::new("operation_not_found", format!("no Intent `{op_id}` is live or retained")).with_field("operationId"));
+    }
+    let step = |i: &aab_facts::evidence::EvidenceItem| i.record.get("stepId").and_then(Value::as_str).map(str::to_string);
+    let started = records.iter().find(|i| step(i).as_deref() == Some("intent-started")).map(|i| i.record["payloadSummary"].clone()).unwrap_or(Value::Null);
+    let terminal = records.iter().rev().find(|i| step(i).as_deref() == Some("intent-terminal"));
+    let mut latest = Map::new();
+    let mut revision = 0;
+    let mut summary = Value::Null;
+    let mut markers: Vec<String> = Vec::new();
+    let mut receipts: HashSet<String> = HashSet::new();
+    for i in &records {
+        let key = match i.kind.as_str() {
+            "dispatch-marker" => "marker",
+            "action-receipt" => "receipt",
+            k => k,
+        };
+        latest.insert(key.into(), json!(i.evidence_id));
+        match i.kind.as_str() {
+            "summary" => {
+                revision = i.record.get("revision").and_then(Value::as_u64).unwrap_or(revision);
+                summary = i.record.get("summary").cloned().unwrap_or(Value::Null);
+            }
+            "dispatch-marker" => markers.push(i.record["actionId"].as_str().unwrap_or_default().to_string()),
+            "action-receipt" => {
+                receipts.insert(i.record["actionId"].as_str().unwrap_or_default().to_string());
+            }
+            _ => {}
+        }
+    }
+    let unmatched: Vec<String> = markers.into_iter().filter(|m| !receipts.contains(m)).collect();
+    let (status, error, terminal_id, saved) = match terminal {
+        Some(t) => {
+            let p = &t.record["payloadSummary"];
+            (p["status"].clone(), p["error"].clone(), json!(t.evidence_id), p.clone())
+        }
+        None => (json!("interrupted"), json!("runtime_restarted"), Value::Null, started.clone()),
+    };
+    let page_items: Vec<Value> = records.iter().filter(|i| i.sequence > after).take(limit).map(|i| ledger_item(op_id, i)).collect();
+    let has_more = records.iter().filter(|i| i.sequence > after).count() > page_items.len();
+    let last = page_items.last().and_then(|i| i["sequence"].as_u64()).unwrap_or(after);
+    Ok(json!({
+        "ok": true, "command": "intent", "operationId": op_id, "status": status, "error": error, "revision": revision,
+        "live": false, "recovered": true, "restartPolicy": "none", "terminalEvidenceId": terminal_id,
+        "unmatchedActionIds": unmatched, "ambiguous": !unmatched.is_empty(),
+        "goal": started.get("goal"), "provider": started.get("provider"), "mode": started.get("mode"),
+        "startedAtMs": started.get("startedAtMs"), "deadlineMs": started.get("deadlineMs"),
+        "lastDecisionId": saved.get("lastDecisionId"), "lastAction": saved.get("lastAction"), "actionSteps": saved.get("actionSteps"),
+        "summary": summary, "latestEvidenceIds": latest, "evidenceId": latest.get("summary"),
+        "history": {"items": page_items, "lastSequence": last, "hasMore": has_more, "gap": Value::Null},
+    }))
+}

@@ -1,0 +1,175 @@
+//! The `intent` command spec: one object schema whose `oneOf` is tagged on
+//! `operation`; every branch forbids the other operations' fields, so each
+//! operation accepts only its own (`unsupported_argument` otherwise).
+
+use aab_plugin_api::CommandSpec;
+use aab_plugin_api::protocol::Mutation;
+use serde_json::{Map, Value, json};
+
+pub const DEFAULT_LIFETIME_MS: u64 = 300_000;
+pub const MAX_LIFETIME_MS: u64 = 3_600_000;
+
+fn text(max: u64, what: &str) -> Value {
+    json!({"type": "string", "minLength": 1, "maxLength": max, "description": what})
+}
+
+fn operation_id() -> Value {
+    json!({"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", "description": "The Intent's operation id (returned by start)"})
+}
+
+fn revision() -> Value {
+    json!({"type": "integer", "minimum": 1, "maximum": 9007199254740991u64, "description": "The committed revision this request is based on"})
+}
+
+fn decision() -> Value {
+    json!({
+        "type": "object", "additionalProperties": false,
+        "description": "One decision against the committed revision. `act` needs an `action` of the observation's provider (its schema: `capabilities {command:\"intent\",operation:\"decide\"}` lists the vocabulary; the engine validates the action against the provider of the committed observation); complete/fail/inconclusive forbid one.",
+        "required": ["decisionId", "basedOnRevision", "agentDecision"],
+        "properties": {
+            "decisionId": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", "description": "Unique within the Intent"},
+            "basedOnRevision": revision(),
+            "agentDecision": {"type": "string", "enum": ["act", "complete", "fail", "inconclusive"]},
+            "provider": {"type": "string", "enum": ["native", "uia", "flutter", "h5"], "description": "Optional: must equal the committed observation's provider"},
+            "action": {
+                "type": "object", "required": ["action"],
+                "description": "Provider action, e.g. {action:\"tap\", selector:{elementId:\"e3\"}} (Web h5: tap, inputText, pressKey, scroll, scrollBy). The target element must be one of the committed observation.",
+                "properties": {"action": {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9]{0,63}$"}}
+            },
+            "reason": text(4096, "Why (recorded with the decision)")
+        },
+        "if": {"properties": {"agentDecision": {"const": "act"}}},
+        "then": {"required": ["action"]},
+        "else": {"properties": {"action": false}}
+    })
+}
+
+fn require() -> Value {
+    json!({
+        "type": "object", "additionalProperties": false, "required": ["streams"],
+        "description": "Capture streams read with every observation (watermarks carried forward)",
+        "properties": {
+            "streams": {"type": "array", "minItems": 1, "uniqueItems": true, "items": {"type": "string", "enum": ["logs", "network", "state", "events"]}},
+            "view": {"type": "string", "enum": ["decision-window", "connected-history"], "default": "decision-window"},
+            "sinceMs": {"type": "integer", "minimum": 0, "maximum": 9007199254740991u64}
+        }
+    })
+}
+
+fn budget() -> Value {
+    json!({
+        "type": "object", "additionalProperties": false,
+        "properties": {
+            "maxSteps": {"type": "integer", "minimum": 1, "maximum": 10000},
+            "maxAgentCalls": {"type": "integer", "minimum": 1, "maximum": 10000},
+            "maxDurationMs": {"type": "integer", "minimum": 1, "maximum": MAX_LIFETIME_MS},
+            "allowlist": {"type": "array", "uniqueItems": true, "items": {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9]{0,63}$"}}
+        }
+    })
+}
+
+/// (operation, description, own properties, required)
+fn operations() -> Vec<(&'static str, &'static str, Value, Vec<&'static str>)> {
+    let target = json!({
+        "type": "object", "required": ["platform"],
+        "description": "The app target; its fields are those of the chosen provider's targetSchema (Web h5: {platform:\"web\", sessionId, runtimeEpoch, targetId?})",
+        "properties": {"platform": {"type": "string", "enum": ["android", "ios", "web"]}}
+    });
+    let provider = json!({"type": "string", "enum": ["native", "uia", "flutter", "h5"], "description": "Intent provider (default: the platform's default provider)"});
+    let observation_target = json!({"type": ["object", "null"], "additionalProperties": false, "properties": {"webViewId": text(256, "observed WebView id"), "packageName": text(256, "package")}});
+    vec![
+        ("start", "Start a supervised Intent: persist intent-started, observe, commit revision 1", json!({
+            "goal": text(4096, "What the Intent should achieve"),
+            "target": target,
+            "provider": provider.clone(),
+            "observationTarget": observation_target.clone(),
+            "operationId": operation_id(),
+            "timeoutMs": {"type": "integer", "minimum": 1, "maximum": MAX_LIFETIME_MS, "default": DEFAULT_LIFETIME_MS, "description": "Total Intent lifetime (ms) from start, covering waits, pauses and actions"},
+            "require": require(),
+            "recordingDir": text(4096, "Recording directory (not supported by this build)"),
+            "mode": {"type": "string", "enum": ["supervised", "autonomous"], "default": "supervised"},
+            "agentModule": text(4096, "Autonomous agent module (node/python3)"),
+            "budget": budget()
+        }), vec!["goal", "target"]),
+        ("status", "State, committed summary and one history page (afterSequence = history.lastSequence of the previous page)", json!({
+            "operationId": operation_id(),
+            "afterSequence": {"type": ["integer", "string"], "pattern": "^[0-9]{1,16}$", "minimum": 0, "maximum": 9007199254740991u64, "description": "history.lastSequence of the previous page"},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20, "description": "History entries per page"}
+        }), vec!["operationId"]),
+        ("observe", "Observe again (waiting_for_decision / waiting_for_observation); commits a new revision", json!({
+            "operationId": operation_id(),
+            "basedOnRevision": revision(),
+            "provider": provider,
+            "observationTarget": observation_target
+        }), vec!["operationId"]),
+        ("decide", "Decide against the committed revision: act (one provider action) or complete / fail / inconclusive", json!({
+            "operationId": operation_id(),
+            "decision": decision()
+        }), vec!["operationId", "decision"]),
+        ("pause", "Pause a waiting Intent (its lifetime keeps running)", json!({"operationId": operation_id()}), vec!["operationId"]),
+        ("resume", "Resume a paused Intent", json!({"operationId": operation_id()}), vec!["operationId"]),
+        ("cancel", "Cancel: drain owned work, persist the terminal checkpoint", json!({"operationId": operation_id()}), vec!["operationId"]),
+        ("intervene", "Stop for human intervention (intervention_required)", json!({
+            "operationId": operation_id(),
+            "reason": text(4096, "Why a human must intervene")
+        }), vec!["operationId", "reason"]),
+    ]
+}
+
+pub fn spec() -> CommandSpec {
+    let ops = operations();
+    let mut all = Map::new();
+    all.insert(
+        "operation".into(),
+        json!({"type": "string", "enum": ops.iter().map(|o| o.0).collect::<Vec<_>>(), "description": "start / status / observe / decide / pause / resume / cancel / intervene"}),
+    );
+    for (_, _, props, _) in &ops {
+        for (k, v) in props.as_object().expect("object") {
+            // `timeoutMs` is the lifetime on start and this call's deadline elsewhere.
+            all.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+    all.insert("requestId".into(), json!({"type": "string", "minLength": 1, "maxLength": 256, "description": "Idempotency key"}));
+    all.insert("feedback".into(), json!({"type": "string", "enum": ["auto", "off", "full"]}));
+    let host_options = ["operation", "requestId", "feedback", "timeoutMs"];
+    let branches: Vec<Value> = ops
+        .iter()
+        .map(|(op, description, props, required)| {
+            let own = props.as_object().expect("object");
+            let mut properties = Map::new();
+            properties.insert("operation".into(), json!({"const": op}));
+            for k in all.keys() {
+                if !own.contains_key(k) && !host_options.contains(&k.as_str()) {
+                    properties.insert(k.clone(), Value::Bool(false));
+                }
+            }
+            let mut req = vec!["operation"];
+            req.extend(required.iter());
+            json!({"description": description, "properties": properties, "required": req})
+        })
+        .collect();
+    CommandSpec {
+        command: "intent".into(),
+        domain: "execution".into(),
+        summary: "Supervised observe → decide → act against a committed revision, with durable evidence (start/status/observe/decide/pause/resume/cancel/intervene)".into(),
+        platform: "multi".into(),
+        role: "execution".into(),
+        target_kind: "platform-target".into(),
+        script_permission: None,
+        mutation: Mutation::Conditional,
+        mutating_operations: vec!["start".into(), "decide".into()],
+        execution_schemas: vec![],
+        target_key: vec![],
+        lane: None,
+        device_key: vec![],
+        default_timeout_ms: DEFAULT_LIFETIME_MS,
+        max_timeout_ms: MAX_LIFETIME_MS,
+        input_schema: json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": Value::Object(all),
+            "required": ["operation"],
+            "oneOf": branches
+        }),
+    }
+}

@@ -1,0 +1,392 @@
+//! The Script engine (`aab.code-script/v1`): repeatable JavaScript / Python programs
+//! that run in a child process per operation and reach devices only through
+//! `ctx.call` → [`ExecutionHost::call`] (registry, validation, admission, ownership,
+//! dispatch, history), under the permissions, target, source and cwd frozen at start.
+//!
+//! Durable facts (namespace `script` of the FactStore): a `checkpoint` at start
+//! (revision 1, stepId `start`), `checkpoint` records for `ctx.checkpoint`, a
+//! `dispatch-marker` before and an `action-receipt` after every mutation, the
+//! `result` record, and a terminal `checkpoint` carrying `resultRef`. `completed` is
+//! exposed only after the result was stored, re-read and verified.
+
+mod child;
+mod ops;
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use aab_plugin_api::CommandSpec;
+use aab_plugin_api::protocol::Mutation;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
+
+use crate::admission::{Cancel, CancelReason};
+use crate::error::CommandError;
+use crate::pipeline::ExecutionHost;
+use crate::reply::ExecOutcome;
+
+pub const SDK_VERSION: &str = "aab.script-sdk/v1";
+pub const SPEC_SCHEMA: &str = "aab.code-script/v1";
+const MAX_OPERATIONS: usize = 256;
+const MAX_EVENTS: usize = 256;
+const MAX_EVENT_BYTES: usize = 256 * 1024;
+const MAX_ISSUED: usize = 4096;
+/// Outstanding host replies (calls, asks, control points) before `channel_backlog`.
+const MAX_OUTSTANDING: usize = 32;
+const MIB: u64 = 1024 * 1024;
+
+pub const PERMISSIONS: &[&str] = &["app.read", "app.interact", "capture.read", "app.lifecycle", "app.permissions", "app.test"];
+pub const DEFAULT_PERMISSIONS: &[&str] = &["app.read", "app.interact", "capture.read"];
+/// Never callable from a Script, whatever their spec says.
+const NEVER_CALLABLE: &[&str] = &["script", "intent", "runtime"];
+const TERMINAL: &[&str] = &["completed", "failed", "cancelled"];
+const PAUSED: &[&str] = &["pause_requested", "paused_manual", "paused_live", "paused_ambiguous"];
+
+/// Per-runtime engine state (operations and their tasks).
+#[derive(Default)]
+pub struct ScriptEngine {
+    ops: Mutex<Vec<Arc<Op>>>,
+    counter: AtomicU64,
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    stopping: AtomicBool,
+}
+
+impl ScriptEngine {
+    /// Runtime stop: cancel running operations and persist their terminal checkpoints.
+    pub fn shutdown(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        for op in self.ops.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            if !op.is_terminal() {
+                op.cancel.cancel(CancelReason::RuntimeStopped);
+            }
+        }
+    }
+
+    /// Resolves once every operation task has persisted its terminal checkpoint (the
+    /// daemon awaits it, bounded, before releasing ownership).
+    pub async fn drain(&self) {
+        let tasks: Vec<_> = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in tasks {
+            let _ = t.await;
+        }
+    }
+
+    fn find(&self, id: &str) -> Option<Arc<Op>> {
+        self.ops.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|o| o.id == id).cloned()
+    }
+
+    fn insert(&self, op: Arc<Op>) -> Result<(), CommandError> {
+        let mut ops = self.ops.lock().unwrap_or_else(|e| e.into_inner());
+        if ops.iter().any(|o| o.id == op.id) {
+            return Err(CommandError::new("operation_exists", format!("operation `{}` already exists", op.id)).with_field("operationId"));
+        }
+        if ops.len() >= MAX_OPERATIONS {
+            match ops.iter().position(|o| o.is_terminal()) {
+                Some(i) => {
+                    ops.remove(i);
+                }
+                None => return Err(CommandError::new("registry_full", format!("{MAX_OPERATIONS} script operations are live; cancel one first"))),
+            }
+        }
+        ops.push(op);
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Language {
+    JavaScript,
+    Python,
+}
+
+impl Language {
+    fn name(self) -> &'static str {
+        match self {
+            Language::JavaScript => "javascript",
+            Language::Python => "python",
+        }
+    }
+}
+
+/// What the host froze at start.
+pub struct Frozen {
+    pub language: Language,
+    pub runtime: PathBuf,
+    pub source: String,
+    pub source_path: Option<String>,
+    pub cwd: PathBuf,
+    pub entrypoint: String,
+    pub name: String,
+    /// `Value::Null` when the script has no target.
+    pub target: Value,
+    pub inputs: Value,
+    pub permissions: Vec<String>,
+    pub timeout_ms: u64,
+    pub restart_policy: String,
+    pub max_output: usize,
+    pub max_progress: usize,
+    pub policy: Value,
+    pub hash: String,
+}
+
+pub struct Question {
+    pub request_id: String,
+    pub revision: u64,
+    pub request: Value,
+    pub frame_id: String,
+}
+
+pub struct State {
+    pub status: &'static str,
+    pub pause_reason: Option<&'static str>,
+    pub error: Option<String>,
+    pub message: Option<String>,
+    pub diagnostics: Option<Value>,
+    pub result_ref: Option<Value>,
+    events: VecDeque<(u64, usize, Value)>,
+    pub event_seq: u64,
+    event_bytes: usize,
+    pub dropped: u64,
+    pub pending_question: Option<Question>,
+    pub answered: HashMap<String, Value>,
+    pub question_seq: u64,
+    pub ambiguous: bool,
+    pub inflight_mutations: u32,
+    pub action_seq: u64,
+    pub checkpoint_revision: u64,
+    pub window: u64,
+    issued: HashMap<String, (String, u64)>,
+    issued_order: VecDeque<String>,
+    pub last_checkpoint: Option<Value>,
+    pub calls: u64,
+    pub child_pid: Option<i32>,
+    pub first_call_ms: Option<u64>,
+    pub outstanding: usize,
+}
+
+impl State {
+    fn new() -> State {
+        State {
+            status: "running",
+            pause_reason: None,
+            error: None,
+            message: None,
+            diagnostics: None,
+            result_ref: None,
+            events: VecDeque::new(),
+            event_seq: 0,
+            event_bytes: 0,
+            dropped: 0,
+            pending_question: None,
+            answered: HashMap::new(),
+            question_seq: 0,
+            ambiguous: false,
+            inflight_mutations: 0,
+            action_seq: 0,
+            checkpoint_revision: 1,
+            window: 0,
+            issued: HashMap::new(),
+            issued_order: VecDeque::new(),
+            last_checkpoint: None,
+            calls: 0,
+            child_pid: None,
+            first_call_ms: None,
+            outstanding: 0,
+        }
+    }
+
+    /// Append one event to the bounded log (oldest evicted first).
+    pub fn emit(&mut self, kind: &str, fields: Value) {
+        self.event_seq += 1;
+        let mut event = json!({"sequence": self.event_seq, "type": kind, "atMs": crate::ids::now_ms()});
+        if let (Value::Object(e), Value::Object(f)) = (&mut event, fields) {
+            for (k, v) in f {
+                e.insert(k, v);
+            }
+        }
+        let bytes = event.to_string().len();
+        self.events.push_back((self.event_seq, bytes, event));
+        self.event_bytes += bytes;
+        while self.events.len() > MAX_EVENTS || (self.event_bytes > MAX_EVENT_BYTES && self.events.len() > 1) {
+            if let Some((_, b, _)) = self.events.pop_front() {
+                self.event_bytes -= b;
+                self.dropped += 1;
+            }
+        }
+    }
+
+    fn issue(&mut self, call_id: &str, digest: String) {
+        self.issued.insert(call_id.to_string(), (digest, self.window));
+        self.issued_order.push_back(call_id.to_string());
+        while self.issued_order.len() > MAX_ISSUED {
+            if let Some(old) = self.issued_order.pop_front() {
+                self.issued.remove(&old);
+            }
+        }
+    }
+
+    fn control(&self) -> Value {
+        json!({"status": self.status, "pauseReason": self.pause_reason, "checkpoint": self.last_checkpoint})
+    }
+}
+
+pub enum Ctl {
+    Decision { frame_id: String, value: Value },
+}
+
+pub struct Op {
+    pub id: String,
+    pub spec: Frozen,
+    pub state: Mutex<State>,
+    version: watch::Sender<u64>,
+    pub cancel: Cancel,
+    /// `true` while paused: calls and control points wait.
+    pub paused: watch::Sender<bool>,
+    pub ctl: mpsc::UnboundedSender<Ctl>,
+    pub started: Instant,
+    pub started_ms: u64,
+    pub deadline: Instant,
+    pub recording: Mutex<Option<aab_facts::recording::Recording>>,
+    pub recording_seq: AtomicU64,
+}
+
+impl Op {
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Run `f` on the state, then wake every waiter.
+    pub fn update<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        let r = f(&mut self.lock());
+        self.version.send_modify(|v| *v += 1);
+        r
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        TERMINAL.contains(&self.lock().status)
+    }
+
+    fn snapshot(&self, operation: &str, after: u64, limit: usize) -> Value {
+        let s = self.lock();
+        let events: Vec<Value> = s.events.iter().filter(|(seq, _, _)| *seq > after).take(limit).map(|(_, _, e)| e.clone()).collect();
+        let first_retained = s.events.front().map(|(seq, _, _)| *seq).unwrap_or(s.event_seq + 1);
+        let mut v = json!({
+            "ok": true, "command": "script", "operation": operation, "operationId": self.id,
+            "status": s.status, "pauseReason": s.pause_reason,
+            "pendingQuestion": s.pending_question.as_ref().filter(|_| s.status == "waiting_for_agent").map(|q| json!({"questionId": q.request_id, "requestId": q.request_id, "revision": q.revision, "request": q.request})),
+            "error": s.error, "message": s.message, "hash": self.spec.hash, "resultRef": s.result_ref,
+            "eventSequence": s.event_seq, "events": events,
+            "eventGap": after + 1 < first_retained && s.dropped > 0,
+            "language": self.spec.language.name(), "actionSequence": s.action_seq, "ambiguous": s.ambiguous,
+            "calls": s.calls, "restored": false,
+        });
+        if let Some(d) = &s.diagnostics {
+            v["diagnostics"] = d.clone();
+        }
+        v
+    }
+}
+
+/// The `script` command spec.
+pub fn spec() -> Option<CommandSpec> {
+    let id = json!({"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", "description": "The operation id (start: optional, default script-<ms>-<n>)"});
+    let size = json!({"type": "integer", "minimum": 1, "maximum": 64 * MIB});
+    let schema = json!({
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "operation": {"type": "string", "enum": ["start", "status", "wait", "result", "pause", "resume", "decide", "cancel", "runtime-status"],
+                "description": "start a script; status/wait read its state and events; result reads the persisted return value; pause/resume/cancel control it; decide answers ctx.askAgent; runtime-status lists the script runtimes"},
+            "operationId": id,
+            "script": {
+                "type": "object",
+                "additionalProperties": false,
+                "description": "aab.code-script/v1 spec (start)",
+                "properties": {
+                    "schemaVersion": {"const": SPEC_SCHEMA},
+                    "language": {"type": "string", "enum": ["javascript", "python"]},
+                    "source": {"type": "string", "minLength": 1, "maxLength": 4 * MIB, "description": "program text (exclusive with sourcePath)"},
+                    "sourcePath": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "program file, read once at start; relative to the caller's cwd"},
+                    "name": {"type": "string", "minLength": 1, "maxLength": 256},
+                    "cwd": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "working directory of the program (default the caller's cwd)"},
+                    "entrypoint": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]{0,127}$", "description": "function called with ctx (default main)"},
+                    "target": {"type": ["object", "null"], "description": "execution target, e.g. {platform:\"web\", sessionId, runtimeEpoch}; its identity fields are default arguments of ctx.call"},
+                    "inputs": {"type": "object", "description": "ctx.inputs"},
+                    "permissions": {"type": "array", "uniqueItems": true, "items": {"type": "string", "enum": PERMISSIONS}, "description": "default app.read, app.interact, capture.read"},
+                    "policy": {
+                        "type": "object",
+                        "additionalProperties": false,
+                        "properties": {
+                            "timeoutMs": {"type": "integer", "minimum": 1, "maximum": 86_400_000, "description": "whole-script deadline (default 600000)"},
+                            "restartPolicy": {"type": "string", "enum": ["none", "checkpoint"]},
+                            "maxOutputBytes": size,
+                            "maxProgressBytes": size
+                        }
+                    }
+                },
+                "required": ["schemaVersion", "language"],
+                "oneOf": [{"required": ["source"]}, {"required": ["sourcePath"]}]
+            },
+            "recordingDir": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "new directory for recorded call payloads (start; parent must exist)"},
+            "pythonPath": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "Python executable (start, python only)"},
+            "afterSequence": {"type": "integer", "minimum": 0, "description": "Continuation cursor: the previous status/wait response's eventSequence"},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
+            "eventLimit": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "events per response (default 100)"},
+            "includeCatalog": {"type": "boolean", "description": "add the commands this script may call"},
+            "waitMs": {"type": "integer", "minimum": 0, "maximum": 60000, "description": "Upper bound of one wait call in milliseconds (default 30000)"},
+            "questionId": {"type": "string", "minLength": 1, "maxLength": 256, "description": "pendingQuestion.questionId to answer (decide). `requestId` is also accepted, but it is the host's idempotency key too: a rejected decide then blocks that id for a different answer"},
+            "revision": {"type": "integer", "minimum": 0, "description": "the pending question's revision (decide)"},
+            "decision": {"description": "JSON answer to the pending ctx.askAgent question (decide); any JSON value including null and false"}
+        },
+        "required": ["operation"],
+        "oneOf": [
+            {"properties": {"operation": {"const": "start"}}, "required": ["script"]},
+            {"properties": {"operation": {"enum": ["status", "wait", "result", "pause", "resume", "cancel"]}}, "required": ["operationId"]},
+            {"properties": {"operation": {"const": "decide"}}, "required": ["operationId", "revision", "decision"]},
+            {"properties": {"operation": {"const": "runtime-status"}}}
+        ]
+    });
+    Some(CommandSpec {
+        command: crate::builtins::SCRIPT.into(),
+        domain: "execution".into(),
+        summary: "Run a JavaScript or Python program against a target with ctx.call, assertions, progress, checkpoints and agent questions; status, wait, pause, resume, decide, cancel and read its persisted result".into(),
+        platform: "multi".into(),
+        role: "execution".into(),
+        target_kind: "platform-target".into(),
+        script_permission: None,
+        mutation: Mutation::Conditional,
+        mutating_operations: vec!["start".into(), "pause".into(), "resume".into(), "decide".into(), "cancel".into()],
+        execution_schemas: vec![],
+        target_key: vec![],
+        lane: None,
+        device_key: vec![],
+        default_timeout_ms: 90_000,
+        max_timeout_ms: 600_000,
+        input_schema: schema,
+    })
+}
+
+/// Boxed (not `async fn`): `ctx.call` runs `ExecutionHost::call`, which reaches this
+/// handler again, so the future type must not be opaque inside this module.
+pub fn handle<'a>(host: &'a Arc<ExecutionHost>, arguments: &'a Value, cwd: &'a str) -> std::pin::Pin<Box<dyn std::future::Future<Output = ExecOutcome> + Send + 'a>> {
+    Box::pin(async move {
+        match ops::dispatch(host, arguments, cwd).await {
+            Ok(v) => ExecOutcome::Json(v),
+            Err(e) => ExecOutcome::Failed(e),
+        }
+    })
+}
+
+pub(crate) fn outcome_value(outcome: &ExecOutcome) -> (Value, &'static str) {
+    use base64::Engine;
+    match outcome {
+        ExecOutcome::Json(v) => (v.clone(), "json"),
+        ExecOutcome::Text(t) => (Value::String(t.clone()), "text"),
+        ExecOutcome::Bytes(b) => (Value::String(base64::engine::general_purpose::STANDARD.encode(b)), "bytes"),
+        ExecOutcome::Stored { value, .. } => (value.clone(), "json"),
+        ExecOutcome::Failed(_) => (Value::Null, "json"),
+    }
+}

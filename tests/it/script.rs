@@ -1,0 +1,323 @@
+//! Script engine e2e: real `node` / `python3` children through the public CLI and MCP.
+//! Host-only scenarios need no plugin; the business flow runs in real Chromium
+//! against the Web sample app.
+
+use std::time::{Duration, Instant};
+
+use aab_e2e::TestEnv;
+use aab_e2e::chromium::Chromium;
+use serde_json::{Value, json};
+
+fn spec(language: &str, source: &str, extra: Value) -> Value {
+    let mut s = json!({"schemaVersion": "aab.code-script/v1", "language": language, "source": source});
+    for (k, v) in extra.as_object().expect("object") {
+        s[k] = v.clone();
+    }
+    s
+}
+
+fn script(env: &TestEnv, args: &[&str]) -> Value {
+    let mut argv = vec!["script"];
+    argv.extend_from_slice(args);
+    let run = env.aab(&argv);
+    env.json_of(&run)
+}
+
+#[track_caller]
+fn script_ok(env: &TestEnv, args: &[&str]) -> Value {
+    let mut argv = vec!["script"];
+    argv.extend_from_slice(args);
+    let run = env.aab(&argv);
+    let body = env.json_of(&run);
+    env.check(body.pointer("/execution/ok") == Some(&json!(true)), &run, "script command should succeed");
+    body["value"].clone()
+}
+
+fn start(env: &TestEnv, id: &str, spec: &Value) -> Value {
+    script_ok(env, &["--operation", "start", "--operation-id", id, "--script", &spec.to_string()])
+}
+
+/// Wait until the operation is terminal (or `until` status), up to 60 s.
+fn wait_status(env: &TestEnv, id: &str, until: &[&str]) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut after = 0u64;
+    loop {
+        let v = script_ok(env, &["--operation", "wait", "--operation-id", id, "--after-sequence", &after.to_string(), "--wait-ms", "5000"]);
+        let status = v["status"].as_str().unwrap_or_default().to_string();
+        if ["completed", "failed", "cancelled"].contains(&status.as_str()) || until.contains(&status.as_str()) {
+            return v;
+        }
+        after = v["eventSequence"].as_u64().unwrap_or(after);
+        assert!(Instant::now() < deadline, "operation {id} did not reach {until:?}: {v}\n{}", env.report(None));
+    }
+}
+
+fn no_children(env: &TestEnv) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let runtime = env.runtime_pid();
+        let others: Vec<i32> = env.live_processes().into_iter().filter(|p| Some(*p) != runtime).collect();
+        if others.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "script processes left behind: {others:?}\n{}", env.report(None));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn script_failures_end_with_their_error_and_leave_no_child() {
+    let env = TestEnv::new();
+    let cases: Vec<(&str, &str, Value, &str)> = vec![
+        ("javascript", "exports.main = async () => { await new Promise(r => setTimeout(r, 30000)); };", json!({"policy": {"timeoutMs": 800}}), "timeout"),
+        ("python", "import time\ndef main(ctx):\n    time.sleep(30)\n", json!({"policy": {"timeoutMs": 800}}), "timeout"),
+        ("javascript", "exports.main = async (ctx) => { for (let i = 0; i < 200000; i++) ctx.progress({i}); await new Promise(r => setTimeout(r, 5000)); };", json!({}), "channel_backlog"),
+        ("javascript", "exports.main = async (ctx) => { ctx.progress({pad: 'x'.repeat(4096)}); };", json!({"policy": {"maxProgressBytes": 1024}}), "progress_too_large"),
+        ("python", "def main(ctx):\n    ctx.progress({'pad': 'x' * 4096})\n", json!({"policy": {"maxProgressBytes": 1024}}), "progress_too_large"),
+        ("javascript", "exports.main = async () => { process.stdout.write('{\"type\":\"progress\",\"event\":\"' + 'x'.repeat(3 * 1024 * 1024) + '\"}\\n'); await new Promise(r => setTimeout(r, 5000)); };", json!({}), "frame_too_large"),
+        ("python", "import sys\ndef main(ctx):\n    sys.__stdout__.write('not json\\n'); sys.__stdout__.flush()\n    import time; time.sleep(5)\n", json!({}), "malformed_frame"),
+        ("javascript", "exports.main = async () => { require('fs').closeSync(1); await new Promise(r => setTimeout(r, 5000)); };", json!({}), "channel_closed"),
+        ("python", "import os, time\ndef main(ctx):\n    os.close(1)\n    time.sleep(5)\n", json!({}), "channel_closed"),
+        ("javascript", "exports.main = async () => { throw new Error('boom'); };", json!({}), "script_failed"),
+        ("python", "def other(ctx):\n    return 1\n", json!({}), "unsupported_entrypoint"),
+        ("javascript", "exports.main = async () => ({big: 'x'.repeat(5000)});", json!({"policy": {"maxOutputBytes": 1000}}), "output_too_large"),
+    ];
+    for (i, (language, source, extra, code)) in cases.iter().enumerate() {
+        let id = format!("fail-{i}");
+        start(&env, &id, &spec(language, source, extra.clone()));
+        let v = wait_status(&env, &id, &[]);
+        assert_eq!(v["status"], json!("failed"), "case {i} ({language}, expected {code}): {v}\n{}", env.report(None));
+        assert_eq!(v["error"], json!(code), "case {i} ({language}): {v}");
+        no_children(&env);
+        let r = script(&env, &["--operation", "result", "--operation-id", &id]);
+        assert_eq!(r.pointer("/execution/error"), Some(&json!("result_unavailable")), "{r}");
+    }
+
+    // Forked children die with the script's process group.
+    for (language, source) in [
+        ("javascript", "exports.main = async (ctx) => { const c = require('child_process').spawn('sleep', ['30']); ctx.progress({pid: c.pid}); return {pid: c.pid}; };"),
+        ("python", "import subprocess\ndef main(ctx):\n    p = subprocess.Popen(['sleep', '30'])\n    return {'pid': p.pid}\n"),
+    ] {
+        let id = format!("fork-{language}");
+        start(&env, &id, &spec(language, source, json!({})));
+        let v = wait_status(&env, &id, &[]);
+        assert_eq!(v["status"], json!("completed"), "{v}");
+        no_children(&env);
+    }
+
+    // Denied commands: the envelope says why, nothing is dispatched.
+    let denied = "exports.main = async (ctx) => { const out = {}; for (const c of ['runtime', 'script', 'intent', 'web-command', 'no-such-command', 'evidence']) { const r = await ctx.call(c, {operation: 'status'}); out[c] = [r.ok, r.error && r.error.code, r.dispatched]; } return out; };";
+    start(&env, "denied", &spec("javascript", denied, json!({})));
+    let v = wait_status(&env, "denied", &[]);
+    assert_eq!(v["status"], json!("completed"), "{v}");
+    let r = script_ok(&env, &["--operation", "result", "--operation-id", "denied"]);
+    let res = &r["result"];
+    assert_eq!(res["runtime"], json!([false, "command_permanently_denied", false]), "{res}");
+    assert_eq!(res["script"], json!([false, "command_permanently_denied", false]), "{res}");
+    assert_eq!(res["intent"][0], json!(false), "{res}");
+    assert_eq!(res["no-such-command"], json!([false, "command_not_in_catalog", false]), "{res}");
+    assert_eq!(res["evidence"], json!([false, "command_not_in_catalog", false]), "{res}");
+    no_children(&env);
+}
+
+#[test]
+fn script_ask_decide_pause_cancel_with_cli_and_mcp() {
+    let env = TestEnv::new();
+    let source = "def main(ctx):\n    a = ctx.ask_agent({'question': 'continue?'})\n    b = ctx.ask_agent({'question': 'and null?'})\n    ctx.checkpoint('after-questions', {'a': a, 'b': b})\n    r = ctx.assert_({'name': 'answered', 'condition': a is False and b is None, 'scope': 'code'})\n    return {'a': a, 'b': b, 'verdict': r['verdict']}\n";
+    start(&env, "ask", &spec("python", source, json!({})));
+    let v = wait_status(&env, "ask", &["waiting_for_agent"]);
+    let q = v["pendingQuestion"].clone();
+    assert_eq!(q["request"]["question"], json!("continue?"), "{v}");
+    let rid = q["questionId"].as_str().unwrap().to_string();
+    let rev = q["revision"].to_string();
+    // Stale revision, then the answer via MCP, then the same answer again via CLI (idempotent).
+    let stale = script(&env, &["--operation", "decide", "--operation-id", "ask", "--question-id", &rid, "--revision", "99", "--decision", "false"]);
+    assert_eq!(stale.pointer("/execution/error"), Some(&json!("stale_decide")), "{stale}");
+    let mut mcp = env.mcp();
+    let (body, is_error) = mcp.call_tool("run", json!({"command": "script", "arguments": {"operation": "decide", "operationId": "ask", "questionId": rid, "revision": q["revision"], "decision": false}, "extract": null}));
+    assert!(!is_error, "{body}");
+    let again = script(&env, &["--operation", "decide", "--operation-id", "ask", "--question-id", &rid, "--revision", &rev, "--decision", "false"]);
+    assert_eq!(again.pointer("/execution/ok"), Some(&json!(true)), "{again}");
+    let v = wait_status(&env, "ask", &["waiting_for_agent"]);
+    let q2 = v["pendingQuestion"].clone();
+    assert_eq!(q2["request"]["question"], json!("and null?"), "{v}");
+    let (body, is_error) = mcp.call_tool("run", json!({"command": "script", "arguments": {"operation": "decide", "operationId": "ask", "questionId": q2["questionId"], "revision": q2["revision"], "decision": null}, "extract": null}));
+    assert!(!is_error, "{body}");
+    let v = wait_status(&env, "ask", &[]);
+    assert_eq!(v["status"], json!("completed"), "{v}");
+    // Both clients see the same result.
+    let cli = script_ok(&env, &["--operation", "result", "--operation-id", "ask"]);
+    let (body, is_error) = mcp.call_tool("run", json!({"command": "script", "arguments": {"operation": "result", "operationId": "ask"}, "extract": null}));
+    assert!(!is_error, "{body}");
+    assert_eq!(cli["result"], json!({"a": false, "b": null, "verdict": "passed"}));
+    assert_eq!(body["value"]["result"], cli["result"]);
+    assert_eq!(body["value"]["resultRef"], cli["resultRef"]);
+
+    // Pause holds calls, resume releases them, cancel ends with a terminal checkpoint.
+    let looping = "exports.main = async (ctx) => { for (let i = 0; ; i++) { await ctx.controlPoint(); ctx.progress({i}); await new Promise(r => setTimeout(r, 50)); } };";
+    start(&env, "loop", &spec("javascript", looping, json!({})));
+    std::thread::sleep(Duration::from_millis(500));
+    let p = script_ok(&env, &["--operation", "pause", "--operation-id", "loop"]);
+    assert_eq!(p["status"], json!("paused_manual"), "{p}");
+    std::thread::sleep(Duration::from_millis(300));
+    let s1 = script_ok(&env, &["--operation", "status", "--operation-id", "loop"])["eventSequence"].as_u64().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let s2 = script_ok(&env, &["--operation", "status", "--operation-id", "loop"])["eventSequence"].as_u64().unwrap();
+    assert_eq!(s1, s2, "no progress while paused");
+    let (body, is_error) = mcp.call_tool("run", json!({"command": "script", "arguments": {"operation": "resume", "operationId": "loop"}, "extract": null}));
+    assert!(!is_error && body["value"]["status"] == json!("running"), "{body}");
+    drop(mcp); // `aab mcp` runs with this env's runtime home too
+    std::thread::sleep(Duration::from_millis(400));
+    let c = script_ok(&env, &["--operation", "cancel", "--operation-id", "loop"]);
+    assert_eq!(c["status"], json!("cancelled"), "{c}");
+    assert_eq!(c["error"], json!("cancelled"), "{c}");
+    no_children(&env);
+    let out = env.root.join("loop-archive");
+    let exported = env.aab_ok(&["evidence", "--operation", "export", "--namespace", "script", "--operation-id", "loop", "--output-dir", out.to_str().unwrap()]);
+    let sha = exported["value"]["manifestSha256"].as_str().unwrap().to_string();
+    env.aab_ok(&["evidence", "--operation", "verify", "--archive-dir", out.to_str().unwrap(), "--manifest-sha256", &sha]);
+}
+
+#[test]
+fn script_runtime_lost_after_kill_9() {
+    let env = TestEnv::new();
+    start(&env, "lost", &spec("javascript", "exports.main = async () => { await new Promise(r => setTimeout(r, 60000)); };", json!({})));
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = env.runtime_pid().expect("runtime pid");
+    // SAFETY: the test's own runtime daemon.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let v = script_ok(&env, &["--operation", "status", "--operation-id", "lost"]);
+    assert_eq!(v["status"], json!("failed"), "{v}");
+    assert_eq!(v["error"], json!("runtime_lost"), "{v}");
+    assert_eq!(v["restored"], json!(true), "{v}");
+    no_children(&env);
+}
+
+// ------------------------------------------------------------------ Web flow
+
+const JS_FLOW: &str = r#"
+function expected(dom, c) {
+  const element = {};
+  for (const k of ['elementId', 'tag', 'id', 'name', 'type', 'role', 'ariaLabel', 'placeholder', 'href', 'text']) element[k] = c[k] === undefined ? null : c[k];
+  return { pageRef: dom.result.pageRef, element };
+}
+const find = (dom, id) => dom.result.dom.controls.find((c) => c.id === id);
+exports.main = async (ctx) => {
+  let dom = await ctx.call('web-dom', {});
+  if (!dom.ok) throw new Error('web-dom: ' + JSON.stringify(dom.error));
+  for (const id of ['name', 'email']) {
+    const c = find(dom, id);
+    const r = await ctx.call('web-input', { selector: { elementId: c.elementId }, expectedTarget: expected(dom, c), value: ctx.inputs[id] });
+    if (!r.ok) throw new Error('web-input: ' + JSON.stringify(r.error));
+  }
+  dom = await ctx.call('web-dom', {});
+  const terms = find(dom, 'terms');
+  await ctx.call('web-click', { selector: { elementId: terms.elementId }, expectedTarget: expected(dom, terms) });
+  dom = await ctx.call('web-dom', {});
+  const save = find(dom, 'save');
+  const clicked = await ctx.call('web-click', { selector: { elementId: save.elementId }, expectedTarget: expected(dom, save) });
+  ctx.progress({ step: 'saved', ok: clicked.ok });
+  await ctx.call('web-wait', { targetText: 'Saved #' });
+  const after = await ctx.call('web-dom', {});
+  const text = find(after, 'result').text;
+  const verdict = await ctx.assert({ name: 'saved', condition: /Saved #/.test(text), evidence: after.evidence });
+  const stale = await ctx.assert({ name: 'stale', condition: true, evidence: dom.evidence });
+  const edited = await ctx.assert({ name: 'edited', condition: true, evidence: { ...after.evidence, window: 99 } });
+  return { saved: /Saved #/.test(text), verdicts: [verdict.verdict, stale.verdict, edited.verdict] };
+};
+"#;
+
+const PY_FLOW: &str = r#"
+import re
+
+def expected(dom, c):
+    element = {k: c.get(k) for k in ['elementId', 'tag', 'id', 'name', 'type', 'role', 'ariaLabel', 'placeholder', 'href', 'text']}
+    return {'pageRef': dom['result']['pageRef'], 'element': element}
+
+def find(dom, id):
+    return next(c for c in dom['result']['dom']['controls'] if c.get('id') == id)
+
+def main(ctx):
+    dom = ctx.call('web-dom', {})
+    if not dom['ok']:
+        raise RuntimeError('web-dom: %s' % dom['error'])
+    for id in ['name', 'email']:
+        c = find(dom, id)
+        r = ctx.call('web-input', {'selector': {'elementId': c['elementId']}, 'expectedTarget': expected(dom, c), 'value': ctx.inputs[id]})
+        if not r['ok']:
+            raise RuntimeError('web-input: %s' % r['error'])
+    dom = ctx.call('web-dom', {})
+    terms = find(dom, 'terms')
+    ctx.call('web-click', {'selector': {'elementId': terms['elementId']}, 'expectedTarget': expected(dom, terms)})
+    dom = ctx.call('web-dom', {})
+    save = find(dom, 'save')
+    clicked = ctx.call('web-click', {'selector': {'elementId': save['elementId']}, 'expectedTarget': expected(dom, save)})
+    ctx.progress({'step': 'saved', 'ok': clicked['ok']})
+    ctx.call('web-wait', {'targetText': 'Saved #'})
+    after = ctx.call('web-dom', {})
+    text = find(after, 'result').get('text') or ''
+    verdict = ctx.assert_({'name': 'saved', 'condition': bool(re.search('Saved #', text)), 'evidence': after['evidence']})
+    stale = ctx.assert_({'name': 'stale', 'condition': True, 'evidence': dom['evidence']})
+    edited_evidence = dict(after['evidence'])
+    edited_evidence['window'] = 99
+    edited = ctx.assert_({'name': 'edited', 'condition': True, 'evidence': edited_evidence})
+    return {'saved': bool(re.search('Saved #', text)), 'verdicts': [verdict['verdict'], stale['verdict'], edited['verdict']]}
+"#;
+
+const JS_RATE: &str = "exports.main = async (ctx) => { const t0 = Date.now(); let n = 0; while (Date.now() - t0 < 2000) { const r = await ctx.call('web-status', {}); if (!r.ok) throw new Error(JSON.stringify(r.error)); n++; } return {n, ms: Date.now() - t0}; };";
+const PY_RATE: &str = "import time\ndef main(ctx):\n    t0 = time.time(); n = 0\n    while time.time() - t0 < 2:\n        r = ctx.call('web-status', {})\n        if not r['ok']:\n            raise RuntimeError(str(r['error']))\n        n += 1\n    return {'n': n, 'ms': int((time.time() - t0) * 1000)}\n";
+
+#[test]
+fn script_web_flow_same_outcome_in_javascript_and_python() {
+    let env = TestEnv::new();
+    env.install_plugin("aab_plugin_web", "web");
+    let mut chrome = Chromium::launch();
+    let started = env.aab_ok(&["web-session-start", "--web-port", "0", "--sample-app", "true"]);
+    let v = &started["value"];
+    let base = format!("http://127.0.0.1:{}", v["port"]);
+    let (endpoint, token) = (v["endpoint"].as_str().unwrap().to_string(), v["token"].as_str().unwrap().to_string());
+    let mut outcomes = Vec::new();
+    for (language, source, rate) in [("javascript", JS_FLOW, JS_RATE), ("python", PY_FLOW, PY_RATE)] {
+        let tab = chrome.open(&format!("{base}/sample/form.html#endpoint={endpoint}&token={token}"));
+        let ids = chrome.wait_for(&tab, "window.sampleApp && sampleApp.bridge.transportStatus().connected && [sampleApp.bridge.sessionId, sampleApp.bridge.runtimeEpoch]", Duration::from_secs(20));
+        let target = json!({"platform": "web", "sessionId": ids[0], "runtimeEpoch": ids[1]});
+        let id = format!("flow-{language}");
+        let t0 = Instant::now();
+        start(&env, &id, &spec(language, source, json!({"target": target, "inputs": {"name": "Ada Lovelace", "email": "ada@example.org"}})));
+        let v = wait_status(&env, &id, &[]);
+        assert_eq!(v["status"], json!("completed"), "{language}: {v}\n{}", env.report(None));
+        let all = script_ok(&env, &["--operation", "status", "--operation-id", &id, "--after-sequence", "0", "--event-limit", "1000"]);
+        let first_call = all["events"].as_array().and_then(|e| e.iter().find(|e| e["type"] == json!("call_started"))).and_then(|e| e["atMs"].as_u64());
+        let started_at = all["events"].as_array().and_then(|e| e.iter().find(|e| e["type"] == json!("script_started"))).and_then(|e| e["atMs"].as_u64());
+        if let (Some(a), Some(b)) = (first_call, started_at) {
+            println!("script {language}: start-to-first-call latency {} ms (flow total {} ms)", a.saturating_sub(b), t0.elapsed().as_millis());
+        }
+        let r = script_ok(&env, &["--operation", "result", "--operation-id", &id]);
+        outcomes.push(r["result"].clone());
+        // The page's server really received the submission.
+        let subs = chrome.eval(&tab, "fetch('/sample/api/submissions').then(r => r.json())");
+        assert!(subs.to_string().contains("ada@example.org"), "{subs}");
+        let out = env.root.join(format!("archive-{language}"));
+        let exported = env.aab_ok(&["evidence", "--operation", "export", "--namespace", "script", "--operation-id", &id, "--output-dir", out.to_str().unwrap()]);
+        let counts = &exported["value"]["recordCount"];
+        let sha = exported["value"]["manifestSha256"].as_str().unwrap().to_string();
+        let verified = env.aab_ok(&["evidence", "--operation", "verify", "--archive-dir", out.to_str().unwrap(), "--manifest-sha256", &sha]);
+        assert_eq!(verified["value"]["integrity"], json!("verified"), "{verified}");
+        println!("script {language}: archive of {counts} records verified");
+
+        let rid = format!("rate-{language}");
+        start(&env, &rid, &spec(language, rate, json!({"target": target})));
+        let v = wait_status(&env, &rid, &[]);
+        assert_eq!(v["status"], json!("completed"), "{v}");
+        let r = script_ok(&env, &["--operation", "result", "--operation-id", &rid])["result"].clone();
+        let (n, ms) = (r["n"].as_f64().unwrap_or(0.0), r["ms"].as_f64().unwrap_or(1.0));
+        println!("script {language}: ctx.call web-status {:.0} calls/s ({n} calls in {ms} ms)", n * 1000.0 / ms);
+        chrome.close(&tab);
+        no_children(&env);
+    }
+    assert_eq!(outcomes[0], outcomes[1], "JavaScript and Python give the same business outcome");
+    assert_eq!(outcomes[0], json!({"saved": true, "verdicts": ["passed", "inconclusive", "inconclusive"]}));
+}
