@@ -1,5 +1,10 @@
 //! JSON shapes that cross the plugin boundary. Each carries a schema id; a change
 //! to the bytes of any of them is a protocol change (see docs/PLUGIN_AUTHORING.md).
+//!
+//! Evolution rule: fields are only ever *added*, optional and safe to ignore, and
+//! readers ignore fields they do not know — so a plugin built against a newer SDK
+//! still loads in an older host. Behaviour a host must understand to load a plugin
+//! correctly is negotiated by name in `features`, never by a new mandatory field.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -14,7 +19,7 @@ pub const PLUGIN_API_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// What a plugin advertises. Built by [`crate::sdk::Provider::manifest`].
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Manifest {
     pub schema: String,
     pub name: String,
@@ -43,7 +48,7 @@ pub struct Manifest {
 /// (the previous read's watermark of the same stream). When a placeholder has no
 /// value, the top-level argument that contains it is left out.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct IntentProvider {
     /// Platform of the Intent target (`target.platform`), e.g. `web`.
     pub platform: String,
@@ -67,7 +72,7 @@ pub struct IntentProvider {
 
 /// A command call with an arguments template.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct IntentCall {
     pub command: String,
     pub arguments: Value,
@@ -75,7 +80,7 @@ pub struct IntentCall {
 
 /// Where the summary's parts are found in the observation value (JSON Pointers).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct IntentSummarize {
     /// Pointer to the array of actionable elements.
     pub elements: String,
@@ -102,7 +107,7 @@ pub struct IntentSummarize {
 
 /// One public Intent action and the command that performs it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct IntentAction {
     /// Public action name (`decision.action.action`), e.g. `tap`.
     pub action: String,
@@ -114,7 +119,7 @@ pub struct IntentAction {
 
 /// One capture stream of `require.streams`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct IntentStream {
     /// Public stream name: logs | network | state | events.
     pub stream: String,
@@ -156,7 +161,7 @@ pub enum Mutation {
 
 /// One command as advertised in a manifest (and by host built-ins).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct CommandSpec {
     pub command: String,
     pub domain: String,

@@ -636,7 +636,7 @@ fn web_five_thousand_controls_stay_within_limits() {
     );
     let dom = w.dom(&page);
     assert!(dom["dom"]["controlCount"].as_u64().unwrap() >= 5000, "{}", dom["dom"]["controlCount"]);
-    assert_eq!(dom["dom"]["controls"].as_array().unwrap().len(), 200);
+    assert_eq!(dom["dom"]["controls"].as_array().unwrap().len(), 150, "the default maxControls keeps a large page within the 96 KiB reply budget");
     assert_eq!(dom["dom"]["truncated"], json!(true));
     assert!(dom["dom"]["bodyText"].as_str().unwrap().chars().count() <= 20000);
     assert_eq!(dom["dom"]["bodyTextTruncated"], json!(true));

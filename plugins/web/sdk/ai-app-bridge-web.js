@@ -44,7 +44,7 @@
     completion: 64 * 1024,
     bodyText: 20000,
     maxControls: 1000,
-    defaultControls: 200,
+    defaultControls: 150,
     text: 300,
     href: 500,
     value: 300,

@@ -309,7 +309,7 @@ async fn dom(shared: &Shared, ctx: &Context<'_>, args: &Value) -> Result<Value, 
         return dom_history(shared, ctx, args, session_id);
     }
     let conn = shared.target(session_id, runtime_epoch)?;
-    let mut read_args = json!({"maxControls": args.get("maxControls").and_then(Value::as_u64).unwrap_or(200)});
+    let mut read_args = json!({"maxControls": args.get("maxControls").and_then(Value::as_u64).unwrap_or(150)});
     if let Some(sel) = arg_str(args, "selector") {
         read_args["selector"] = json!(sel);
     }

@@ -403,7 +403,7 @@ fn commands() -> Vec<CommandSpec> {
 
     let dom_properties = props(json!({
         "selector": {"type": "string", "minLength": 1, "maxLength": 1024, "description": "CSS selector whose matches are reported instead of the default control query (a bounded read)"},
-        "maxControls": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 200, "description": "Controls to describe (the rest are counted)"},
+        "maxControls": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 150, "description": "Controls to describe (the rest are counted)"},
         "history": {"type": "boolean", "description": "Read retained observation summaries instead of observing the page"},
         "cursor": {"type": "string", "pattern": "^[0-9]{1,16}$", "description": "History continuation: `nextCursor` of the previous page"},
         "throughCursor": {"type": "string", "pattern": "^[0-9]{1,16}$", "description": "History continuation: the fixed upper bound returned with the first page"},
