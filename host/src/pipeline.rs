@@ -69,6 +69,8 @@ pub struct ExecutionHost {
     pub runtime_id: String,
     pub ownership: Ownership,
     pub facts: Facts,
+    /// Root of the plugins' private state directories (`host.info` → `dataDir`).
+    pub plugin_data: std::path::PathBuf,
     lanes: Lanes,
     idempotency: Idempotency,
     pub active: ActiveRequests,
@@ -116,12 +118,13 @@ fn device_of(command: &RegisteredCommand, arguments: &Value) -> Result<Option<St
 }
 
 impl ExecutionHost {
-    pub fn new(catalog: Catalog, runtime_id: String, ownership: Ownership, facts: Facts) -> ExecutionHost {
+    pub fn new(catalog: Catalog, runtime_id: String, ownership: Ownership, facts: Facts, plugin_data: std::path::PathBuf) -> ExecutionHost {
         ExecutionHost {
             catalog,
             runtime_id,
             ownership,
             facts,
+            plugin_data,
             lanes: Lanes::default(),
             idempotency: Idempotency::default(),
             active: ActiveRequests::default(),
@@ -314,6 +317,7 @@ impl ExecutionHost {
             cwd,
             runtime_id: &self.runtime_id,
             facts: self.facts.clone(),
+            data_root: self.plugin_data.clone(),
             action_id: action_id.clone(),
             timeout: timeout_of(command, &arguments_for_timeout),
             deadline,
@@ -454,7 +458,7 @@ impl ExecutionHost {
             return unresolved(json!({"reason": "provider_unavailable", "plugin": plugin}));
         };
         let request = json!({"pending": pending, "serial": serial});
-        let answer = match call_hook(module, &plugin, "reconcile", &request, deadline, &self.runtime_id, self.facts.clone()).await {
+        let answer = match call_hook(module, &plugin, "reconcile", &request, deadline, &self.runtime_id, self.facts.clone(), self.plugin_data.clone()).await {
             Ok(v) => v,
             Err(e) => return unresolved(json!({"reason": "provider_error", "error": e.to_json()})),
         };
@@ -502,6 +506,7 @@ pub struct PluginCall<'a> {
     pub cwd: String,
     pub runtime_id: &'a str,
     pub facts: Facts,
+    pub data_root: std::path::PathBuf,
     pub action_id: String,
     pub request_id: Option<String>,
     /// The command's configured timeout (the deadline may already be shorter
@@ -512,19 +517,26 @@ pub struct PluginCall<'a> {
 }
 
 /// JSON services a plugin may call through `Context::host_call`.
-fn host_service(plugin: String, runtime_id: String, facts: Facts) -> impl Fn(&str, &str) -> Result<String, String> + Send + Sync {
+fn host_service(plugin: String, runtime_id: String, facts: Facts, data_root: std::path::PathBuf) -> impl Fn(&str, &str) -> Result<String, String> + Send + Sync {
     move |method, params| match method {
+        "host.info" => {
+            // A private 0700 directory for the plugin's own protocol state (e.g. its
+            // pending-action table); evidence still goes through the FactStore.
+            let data_dir = data_root.join(&plugin);
+            let data_dir = crate::config::ensure_private_dir(&data_dir).ok().map(|_| data_dir.display().to_string());
+            Ok(json!({
+                "hostVersion": crate::HOST_VERSION,
+                "pluginApi": aab_plugin_api::protocol::PLUGIN_API_VERSION,
+                "runtimeId": runtime_id,
+                "plugin": plugin,
+                "dataDir": data_dir,
+            })
+            .to_string())
+        }
         "facts.append" | "facts.read" => {
             let params: Value = serde_json::from_str(params).map_err(|e| json!({"error": "invalid_argument", "message": format!("params are not JSON: {e}")}).to_string())?;
             facts.service(method, &params).map(|v| v.to_string()).map_err(|e| e.to_json().to_string())
         }
-        "host.info" => Ok(json!({
-            "hostVersion": crate::HOST_VERSION,
-            "pluginApi": aab_plugin_api::protocol::PLUGIN_API_VERSION,
-            "runtimeId": runtime_id,
-            "plugin": plugin,
-        })
-        .to_string()),
         "host.echo" => serde_json::from_str::<Value>(params)
             .map(|v| json!({"params": v}).to_string())
             .map_err(|e| json!({"error": "invalid_argument", "message": format!("params are not JSON: {e}")}).to_string()),
@@ -533,21 +545,31 @@ fn host_service(plugin: String, runtime_id: String, facts: Facts) -> impl Fn(&st
     }
 }
 
-fn callbacks(plugin: &str, runtime_id: &str, facts: Facts, deadline: Instant, cancelled: Arc<AtomicBool>, dispatched: Arc<AtomicBool>) -> aab_plugin_api::abi::HostCallbacksRef {
+fn callbacks(plugin: &str, runtime_id: &str, facts: Facts, data_root: std::path::PathBuf, deadline: Instant, cancelled: Arc<AtomicBool>, dispatched: Arc<AtomicBool>) -> aab_plugin_api::abi::HostCallbacksRef {
     let log_name = plugin.to_string();
     loader::host_callbacks(CallState {
         deadline,
         cancelled,
         dispatched,
         logger: Box::new(move |level, message| tracing::info!(plugin = %log_name, level, "{message}")),
-        service: Box::new(host_service(plugin.to_string(), runtime_id.to_string(), facts)),
+        service: Box::new(host_service(plugin.to_string(), runtime_id.to_string(), facts, data_root)),
     })
 }
 
 /// Call a plugin hook (e.g. `reconcile`) under a deadline.
-pub async fn call_hook(module: LoadedModule, plugin: &str, method: &str, request: &Value, deadline: Instant, runtime_id: &str, facts: Facts) -> Result<Value, CommandError> {
+#[allow(clippy::too_many_arguments)]
+pub async fn call_hook(
+    module: LoadedModule,
+    plugin: &str,
+    method: &str,
+    request: &Value,
+    deadline: Instant,
+    runtime_id: &str,
+    facts: Facts,
+    data_root: std::path::PathBuf,
+) -> Result<Value, CommandError> {
     let flag = Arc::new(AtomicBool::new(false));
-    let host = callbacks(plugin, runtime_id, facts, deadline, flag.clone(), Arc::new(AtomicBool::new(false)));
+    let host = callbacks(plugin, runtime_id, facts, data_root, deadline, flag.clone(), Arc::new(AtomicBool::new(false)));
     let method = method.to_string();
     let body = request.to_string();
     let handle = tokio::task::spawn_blocking(move || module.call(&method, &body, &host));
@@ -571,7 +593,7 @@ pub async fn call_hook(module: LoadedModule, plugin: &str, method: &str, request
 pub async fn invoke_plugin(call: PluginCall<'_>) -> ExecOutcome {
     let dispatched = Arc::new(AtomicBool::new(false));
     let cancelled_flag = Arc::new(AtomicBool::new(false));
-    let host = callbacks(call.plugin, call.runtime_id, call.facts.clone(), call.deadline, cancelled_flag.clone(), dispatched.clone());
+    let host = callbacks(call.plugin, call.runtime_id, call.facts.clone(), call.data_root.clone(), call.deadline, cancelled_flag.clone(), dispatched.clone());
     let timeout_ms = call.timeout.as_millis() as u64;
     let invocation = Invocation {
         schema: INVOCATION_SCHEMA.into(),

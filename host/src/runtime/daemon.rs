@@ -92,13 +92,14 @@ async fn daemon_main() -> Result<(), CommandError> {
     let runtime_id = crate::ids::uuid_v4();
     let ownership = Ownership::new(config.ownership_dir.clone());
     let facts = crate::facts::Facts::open(&config.facts_dir, &config.profile);
+    let plugin_data = config.runtime_dir.join("plugin-data");
     let runtime = Arc::new(Runtime {
         runtime_id: runtime_id.clone(),
         token: crate::ids::token(),
         started_at_ms: crate::ids::now_ms(),
         identity,
         config,
-        host: Arc::new(ExecutionHost::new(catalog, runtime_id, ownership, facts)),
+        host: Arc::new(ExecutionHost::new(catalog, runtime_id, ownership, facts, plugin_data)),
         stopping: AtomicBool::new(false),
         stop: Notify::new(),
         active: AtomicUsize::new(0),
