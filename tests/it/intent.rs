@@ -177,6 +177,7 @@ fn intent_supervised_lifecycle_on_the_sample_app() {
     w.intent_rejected("decide", json!({"operationId": op, "decision": decision("many", 1, "act", Some(json!({"action": "tap", "selector": {"text": "Remove"}})))}), "intent_target_ambiguous");
     let (body, _) = w.intent("decide", json!({"operationId": op, "decision": decision("bad", 1, "act", Some(json!({"action": "tap", "selector": {"elementId": done_tab}, "durationMs": 3})))}));
     assert_eq!(error_code(&body), Some("unsupported_argument"), "{body}");
+    assert_eq!(body["execution"]["field"], json!("decision.action.durationMs"), "{body}");
     assert_eq!(w.clicks(&page), 0, "a rejected decision must not click");
 
     // ---- the lifecycle: tap → status pages → complete
@@ -275,4 +276,300 @@ fn intent_recovery_after_runtime_kill() {
     assert_eq!(w.clicks(&page), 1, "nothing dispatched twice");
     export_and_verify(&w, "intent-open", "archive-interrupted");
     export_and_verify(&w, "intent-done", "archive-done");
+}
+
+// ------------------------------------------------------------------ autonomous mode
+
+/// Agent workers (node / python3 children of the runtime) still alive.
+fn agent_children(w: &Web) -> Vec<String> {
+    let Some(runtime) = w.env.runtime_pid() else { return vec![] };
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else { continue };
+        let ppid = status.lines().find_map(|l| l.strip_prefix("PPid:").map(|v| v.trim().parse::<i32>().unwrap_or(0)));
+        if ppid != Some(runtime) {
+            continue;
+        }
+        let cmdline = std::fs::read(entry.path().join("cmdline")).map(|r| String::from_utf8_lossy(&r).replace('\0', " ")).unwrap_or_default();
+        if cmdline.contains("node") || cmdline.contains("python") || cmdline.contains("extract-worker") {
+            found.push(cmdline);
+        }
+    }
+    found
+}
+
+/// Poll `status` until the Intent is terminal (or `limit` passes); returns the snapshot and the wait.
+fn wait_terminal(w: &Web, op: &str, limit: Duration) -> (Value, Duration) {
+    let t0 = std::time::Instant::now();
+    loop {
+        let st = w.intent_ok("status", json!({"operationId": op, "limit": 1}));
+        let s = st["status"].as_str().unwrap_or_default().to_string();
+        if ["completed", "failed", "inconclusive", "cancelled", "timeout", "ambiguous", "blocked_evidence_store", "intervention_required"].contains(&s.as_str()) {
+            return (st, t0.elapsed());
+        }
+        assert!(t0.elapsed() < limit, "Intent {op} not terminal after {limit:?}: {st}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Poll `status` until an event of `kind` shows up.
+fn wait_event(w: &Web, op: &str, kind: &str, limit: Duration) -> Value {
+    let t0 = std::time::Instant::now();
+    loop {
+        let st = w.intent_ok("status", json!({"operationId": op, "limit": 1}));
+        if let Some(e) = st["events"].as_array().and_then(|e| e.iter().find(|e| e["type"] == json!(kind))) {
+            return e.clone();
+        }
+        assert!(t0.elapsed() < limit, "no `{kind}` event in Intent {op} after {limit:?}: {st}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+const GOOD_AGENT: &str = r#"
+function main(ctx) {
+  const { revision, summary, goal, evidenceId } = ctx.inputs;
+  if (!goal || !evidenceId) throw new Error('missing inputs');
+  if (revision === 1) {
+    const tab = summary.nodes.find((n) => n.id === 'tab-done');
+    return { decisionId: 'agent-' + revision, basedOnRevision: revision, agentDecision: 'act', action: { action: 'tap', selector: { elementId: tab.elementId } }, reason: 'open the done view' };
+  }
+  return { decisionId: 'agent-' + revision, basedOnRevision: revision, agentDecision: 'complete', reason: 'the done view is shown' };
+}
+"#;
+
+/// An agent that always taps the done tab.
+const TAPPER: &str = r#"
+def main(ctx):
+    rev = ctx.inputs["revision"]
+    tab = [n for n in ctx.inputs["summary"]["nodes"] if n.get("id") == "tab-done"][0]
+    return {"decisionId": "t-%d" % rev, "basedOnRevision": rev, "agentDecision": "act", "action": {"action": "tap", "selector": {"elementId": tab["elementId"]}}}
+"#;
+
+#[test]
+fn intent_autonomous_agents() {
+    let mut w = Web::start();
+    let page = w.open("list.html");
+    let target = w.target(&page);
+
+    // ---- a good agent (JavaScript, sourcePath) completes the lifecycle
+    std::fs::write(w.env.work.join("agent.js"), GOOD_AGENT).unwrap();
+    let t0 = std::time::Instant::now();
+    let start = w.intent_ok("start", json!({"goal": "Show only the done items", "target": target, "operationId": "auto-good", "mode": "autonomous",
+        "agentModule": {"language": "javascript", "sourcePath": "agent.js"}, "budget": {"maxActions": 3, "maxAgentCalls": 4, "maxDurationMs": 30000, "allowlist": ["tap"]}}));
+    assert_eq!(start["mode"], json!("autonomous"), "{start}");
+    let (done, took) = wait_terminal(&w, "auto-good", Duration::from_secs(30));
+    println!("intent autonomous good: status={} agentCalls={} actionSteps={} revision={} in {:?} (start returned after {:?}) timings={}", done["status"], done["agentCalls"], done["actionSteps"], done["revision"], took, t0.elapsed(), done["timings"]);
+    assert_eq!(done["status"], json!("completed"), "{done}");
+    assert_eq!((done["agentCalls"].clone(), done["actionSteps"].clone(), done["revision"].clone()), (json!(2), json!(1), json!(2)), "{done}");
+    assert_eq!(done["lastDecisionId"], json!("agent-2"));
+    assert_eq!(w.clicks(&page), 1);
+    assert_eq!(w.chrome.eval(&page.tab, "location.search"), json!("?view=done"));
+    assert!(agent_children(&w).is_empty(), "{:?}", agent_children(&w));
+    let verified = export_and_verify(&w, "auto-good", "archive-auto-good");
+    assert_eq!(verified["integrity"], json!("verified"));
+
+    // ---- allowlist: an action outside it is rejected before dispatch → intervention_required
+    let clicks = w.clicks(&page);
+    w.intent_ok("start", json!({"goal": "tap is not allowed", "target": w.target(&page), "operationId": "auto-allow", "mode": "autonomous",
+        "agentModule": {"language": "python", "source": TAPPER}, "budget": {"allowlist": ["scroll"], "maxDurationMs": 20000}}));
+    let (st, took) = wait_terminal(&w, "auto-allow", Duration::from_secs(20));
+    println!("intent autonomous allowlist: status={} error={} in {took:?}", st["status"], st["error"]);
+    assert_eq!((st["status"].clone(), st["error"].clone()), (json!("intervention_required"), json!("action_not_allowed")), "{st}");
+    assert_eq!(st["actionSteps"], json!(0));
+    assert_eq!(w.clicks(&page), clicks, "a disallowed action must not click");
+    // An allowlist entry the provider does not offer is a start error.
+    let (body, _) = w.intent("start", json!({"goal": "g", "target": w.target(&page), "mode": "autonomous", "agentModule": {"language": "python", "source": TAPPER}, "budget": {"allowlist": ["keyevent"]}}));
+    assert_eq!((error_code(&body), body.pointer("/execution/field").cloned()), (Some("invalid_argument"), Some(json!("budget.allowlist"))), "{body}");
+
+    // ---- the action budget: one tap, then the next turn is refused → intervention_required / max_steps
+    w.intent_ok("start", json!({"goal": "tap forever", "target": w.target(&page), "operationId": "auto-budget", "mode": "autonomous",
+        "agentModule": {"language": "python", "source": TAPPER}, "budget": {"maxActions": 1, "maxDurationMs": 20000}}));
+    let (st, took) = wait_terminal(&w, "auto-budget", Duration::from_secs(20));
+    println!("intent autonomous budget: status={} error={} agentCalls={} actionSteps={} in {took:?}", st["status"], st["error"], st["agentCalls"], st["actionSteps"]);
+    assert_eq!((st["status"].clone(), st["error"].clone(), st["actionSteps"].clone(), st["agentCalls"].clone()), (json!("intervention_required"), json!("max_steps"), json!(1), json!(1)), "{st}");
+    assert_eq!(w.clicks(&page), clicks + 1);
+
+    // ---- garbage: the reply is validated like `decide`; waits with the field error, never dispatches
+    let clicks = w.clicks(&page);
+    let garbage = "def main(ctx):\n    return {\"decisionId\": \"g-1\", \"basedOnRevision\": ctx.inputs[\"revision\"], \"agentDecision\": \"act\", \"action\": {\"action\": \"tap\", \"durationMs\": 3}}\n";
+    w.intent_ok("start", json!({"goal": "garbage", "target": w.target(&page), "operationId": "auto-garbage", "mode": "autonomous",
+        "agentModule": {"language": "python", "source": garbage}, "budget": {"maxDurationMs": 3000}}));
+    let rejected = wait_event(&w, "auto-garbage", "agent_decision_rejected", Duration::from_secs(10));
+    println!("intent autonomous garbage: {rejected}");
+    assert_eq!(rejected["error"], json!("unsupported_argument"), "{rejected}");
+    assert_eq!(rejected["field"], json!("decision.action.durationMs"), "the same field path as a caller's decide: {rejected}");
+    let st = w.intent_ok("status", json!({"operationId": "auto-garbage", "limit": 1}));
+    assert_eq!((st["status"].clone(), st["error"].clone(), st["agentCalls"].clone()), (json!("waiting_for_decision"), json!("unsupported_argument"), json!(1)), "no automatic re-ask: {st}");
+    let (st, took) = wait_terminal(&w, "auto-garbage", Duration::from_secs(10));
+    println!("intent autonomous garbage end: status={} error={} after {took:?}", st["status"], st["error"]);
+    assert_eq!((st["status"].clone(), st["error"].clone()), (json!("timeout"), json!("deadline_exceeded")), "{st}");
+    assert_eq!(w.clicks(&page), clicks);
+
+    // ---- a looping agent is killed at its per-turn timeout; the Intent ends at its budget
+    let t0 = std::time::Instant::now();
+    w.intent_ok("start", json!({"goal": "loop", "target": w.target(&page), "operationId": "auto-loop", "mode": "autonomous",
+        "agentModule": {"language": "javascript", "source": "function main(ctx) { for (;;) {} }", "timeoutMs": 500}, "budget": {"maxDurationMs": 3000}}));
+    let failed = wait_event(&w, "auto-loop", "agent_adapter_failed", Duration::from_secs(10));
+    println!("intent autonomous loop: killed after {:?}: {failed}", t0.elapsed());
+    assert_eq!(failed["cause"]["error"], json!("extraction_timeout"), "{failed}");
+    assert!(agent_children(&w).is_empty(), "looping child killed: {:?}", agent_children(&w));
+    let (st, took) = wait_terminal(&w, "auto-loop", Duration::from_secs(10));
+    println!("intent autonomous loop end: status={} after {:?} total", st["status"], t0.elapsed());
+    assert_eq!(st["status"], json!("timeout"), "{st}");
+    assert!(t0.elapsed() < Duration::from_secs(8), "ends within its budget: {took:?}");
+
+    // ---- a crashing agent (Python, the process exits) → agent_adapter_failed, then the budget ends it
+    w.intent_ok("start", json!({"goal": "crash", "target": w.target(&page), "operationId": "auto-crash", "mode": "autonomous",
+        "agentModule": {"language": "python", "source": "import os\ndef main(ctx):\n    os._exit(9)\n"}, "budget": {"maxDurationMs": 3000}}));
+    let failed = wait_event(&w, "auto-crash", "agent_adapter_failed", Duration::from_secs(10));
+    println!("intent autonomous crash: {failed}");
+    assert_eq!(failed["cause"]["error"], json!("extraction_worker_exited"), "{failed}");
+    let (st, _) = wait_terminal(&w, "auto-crash", Duration::from_secs(10));
+    assert_eq!(st["status"], json!("timeout"), "{st}");
+    assert!(agent_children(&w).is_empty(), "{:?}", agent_children(&w));
+
+    // ---- a late reply after cancel never dispatches
+    let clicks = w.clicks(&page);
+    let slow = "import time\ndef main(ctx):\n    time.sleep(1.5)\n    rev = ctx.inputs['revision']\n    tab = [n for n in ctx.inputs['summary']['nodes'] if n.get('id') == 'tab-all'][0]\n    return {'decisionId': 's-1', 'basedOnRevision': rev, 'agentDecision': 'act', 'action': {'action': 'tap', 'selector': {'elementId': tab['elementId']}}}\n";
+    w.intent_ok("start", json!({"goal": "slow", "target": w.target(&page), "operationId": "auto-late", "mode": "autonomous",
+        "agentModule": {"language": "python", "source": slow, "timeoutMs": 5000}, "budget": {"maxDurationMs": 20000}}));
+    let cancelled = w.intent_ok("cancel", json!({"operationId": "auto-late"}));
+    assert_eq!(cancelled["status"], json!("cancelled"), "{cancelled}");
+    let discarded = wait_event(&w, "auto-late", "agent_reply_discarded", Duration::from_secs(10));
+    println!("intent autonomous late reply: {discarded}");
+    assert_eq!(w.clicks(&page), clicks, "a late reply never dispatches");
+    let st = w.intent_ok("status", json!({"operationId": "auto-late", "limit": 1}));
+    assert_eq!((st["status"].clone(), st["actionSteps"].clone()), (json!("cancelled"), json!(0)), "{st}");
+    assert!(agent_children(&w).is_empty(), "{:?}", agent_children(&w));
+
+    // Autonomous start without an agent module.
+    let (body, _) = w.intent("start", json!({"goal": "g", "target": w.target(&page), "mode": "autonomous"}));
+    assert_eq!(error_code(&body), Some("agent_adapter_unavailable"), "{body}");
+}
+
+// ------------------------------------------------------------------ discovery narrowing
+
+#[test]
+fn intent_decide_discovery_narrows_to_a_provider_action() {
+    let env = TestEnv::new();
+    env.install_plugin("aab_plugin_web", "web");
+
+    // CLI: the decide schema with `decision.action` = h5's declared tap schema.
+    let help = env.aab(&["--help", "intent", "--operation", "decide", "--provider", "h5", "--action", "tap"]);
+    assert!(help.stdout.len() <= 96 * 1024, "{} bytes", help.stdout.len());
+    let body: Value = serde_json::from_str(&help.stdout).unwrap_or_else(|e| panic!("{e}: {}", help.stdout));
+    println!("intent discovery (decide, h5 tap): {} bytes, selection {}", help.stdout.len(), body["selection"]);
+    let decision = &body["inputSchema"]["properties"]["decision"]["properties"];
+    assert!(decision["action"]["properties"]["selector"].is_object(), "narrowed action: {}", decision["action"]);
+    assert!(decision["action"].get("anyOf").is_none(), "one variant: {}", decision["action"]);
+    assert_eq!(decision["provider"]["const"], json!("h5"), "{}", decision["provider"]);
+    assert_eq!(body["selection"]["variants"], json!([{"platform": "web", "provider": "h5", "action": "tap"}]));
+
+    // MCP: the same query; platform only → every web action, one provider pinned.
+    let mut mcp = env.mcp();
+    let (v, _) = mcp.call_tool("capabilities", json!({"command": "intent", "operation": "decide", "platform": "web", "provider": "h5", "action": "tap"}));
+    assert_eq!(v["inputSchema"]["properties"]["decision"]["properties"]["action"], decision["action"], "{v}");
+    let (all, _) = mcp.call_tool("capabilities", json!({"command": "intent", "operation": "decide", "platform": "web"}));
+    let actions: Vec<&str> = all["selection"]["variants"].as_array().unwrap().iter().map(|v| v["action"].as_str().unwrap()).collect();
+    println!("intent discovery (decide, web): {} bytes, actions {actions:?}", all.to_string().len());
+    assert!(actions.contains(&"tap") && actions.contains(&"pressKey"), "{actions:?}");
+    assert_eq!(all["inputSchema"]["properties"]["decision"]["properties"]["action"]["anyOf"].as_array().map(Vec::len), Some(actions.len()));
+
+    // Unknown platform / provider / action → invalid_argument naming the filter, with details.allowed.
+    for (query, field, allowed) in [
+        (json!({"command": "intent", "operation": "decide", "platform": "ios"}), "platform", json!(["web"])),
+        (json!({"command": "intent", "operation": "decide", "platform": "web", "provider": "native"}), "provider", json!(["h5"])),
+        (json!({"command": "intent", "operation": "decide", "provider": "h5", "action": "keyevent"}), "action", Value::Null),
+        (json!({"command": "intent", "operation": "start", "action": "tap"}), "operation", json!(["decide"])),
+        (json!({"command": "web-session-start", "action": "tap"}), "action", Value::Null),
+    ] {
+        let (v, _) = mcp.call_tool("capabilities", query.clone());
+        assert_eq!((error_code(&v), aab_e2e::error_field(&v)), (Some("invalid_argument"), Some(field)), "{query}: {v}");
+        if !allowed.is_null() {
+            assert_eq!(v["details"]["allowed"], allowed, "{query}: {v}");
+        }
+    }
+    let (v, _) = mcp.call_tool("capabilities", json!({"command": "intent", "operation": "decide", "action": "keyevent"}));
+    assert!(v["details"]["allowed"].as_array().is_some_and(|a| a.contains(&json!("tap"))), "{v}");
+    let cli = env.aab(&["--help", "intent", "--operation", "decide", "--action", "keyevent"]);
+    assert!(cli.stdout.contains("invalid_argument") && cli.stdout.contains("\"allowed\""), "{}", cli.stdout);
+}
+
+// ------------------------------------------------------------------ lifetime expiry and cancel during an action
+
+fn intent_argv(op: &str, args: &Value) -> Vec<String> {
+    let mut argv = vec!["intent".to_string(), "--operation".into(), op.into()];
+    for (k, v) in args.as_object().unwrap() {
+        argv.push(format!("--{}", kebab(k)));
+        argv.push(match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        });
+    }
+    argv
+}
+
+#[test]
+fn intent_lifetime_expiry_and_cancel_in_flight() {
+    let mut w = Web::start();
+    let page = w.open("list.html");
+
+    // ---- the lifetime deadline ends a waiting Intent with `timeout` / deadline_exceeded
+    let t0 = std::time::Instant::now();
+    let start = w.intent_ok("start", json!({"goal": "expire", "target": w.target(&page), "operationId": "intent-expire", "timeoutMs": 1500}));
+    assert_eq!(start["status"], json!("waiting_for_decision"), "{start}");
+    let (st, _) = wait_terminal(&w, "intent-expire", Duration::from_secs(10));
+    println!("intent expiry: status={} error={} after {:?} lifetimeMs={}", st["status"], st["error"], t0.elapsed(), st["timings"]["lifetimeMs"]);
+    assert_eq!((st["status"].clone(), st["error"].clone()), (json!("timeout"), json!("deadline_exceeded")), "{st}");
+    assert!(st["terminalEvidenceId"].is_string(), "{st}");
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    let (body, _) = w.intent("decide", json!({"operationId": "intent-expire", "decision": decision("late", 1, "complete", None)}));
+    assert_eq!(error_code(&body), Some("not_waiting_for_decision"), "{body}");
+    export_and_verify(&w, "intent-expire", "archive-expire");
+
+    // ---- cancel while an action is in flight: the page blocks its click handler for 3 s
+    let start = w.intent_ok("start", json!({"goal": "cancel mid-action", "target": w.target(&page), "operationId": "intent-inflight"}));
+    let tab = node(&start, "tab-done")["elementId"].clone();
+    w.chrome.eval(&page.tab, "document.getElementById('tab-done').addEventListener('click', function () { var t = Date.now(); while (Date.now() - t < 3000) {} }, true); true");
+    let decide = intent_argv("decide", &json!({"operationId": "intent-inflight", "decision": decision("d-1", 1, "act", Some(json!({"action": "tap", "selector": {"elementId": tab}})))}));
+    let cancel = intent_argv("cancel", &json!({"operationId": "intent-inflight"}));
+    let env = &w.env;
+    let (acted, cancelled, cancel_ms) = std::thread::scope(|s| {
+        let acting = s.spawn(|| {
+            let refs: Vec<&str> = decide.iter().map(String::as_str).collect();
+            env.json_of(&env.aab(&refs))
+        });
+        // Wait until the action is pending (decision committed, marker written).
+        let t = std::time::Instant::now();
+        loop {
+            let st = env.aab_ok(&["intent", "--operation", "status", "--operation-id", "intent-inflight", "--limit", "1"]);
+            if st["value"]["pendingOperations"] == json!(1) {
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(10), "the action never became pending: {st}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let tc = std::time::Instant::now();
+        let refs: Vec<&str> = cancel.iter().map(String::as_str).collect();
+        let cancelled = env.json_of(&env.aab(&refs));
+        let cancel_ms = tc.elapsed();
+        (acting.join().unwrap(), cancelled, cancel_ms)
+    });
+    println!("intent cancel in flight: cancel took {cancel_ms:?}; cancel={} decide={}", cancelled["value"]["status"], acted["execution"]);
+    assert_eq!(cancelled["value"]["status"], json!("cancelled"), "{cancelled}");
+    assert!(cancelled["value"]["terminalEvidenceId"].is_string(), "{cancelled}");
+    assert_eq!(cancelled["value"]["pendingOperations"], json!(0), "cancel drained the action: {cancelled}");
+    let last = &cancelled["value"]["lastAction"];
+    println!("intent cancel in flight: lastAction={last}");
+    assert!(last["receiptId"].is_string(), "the action receipt was written before the terminal checkpoint: {last}");
+    assert!(last["dispatched"].is_boolean() || last["dispatched"].is_null(), "{last}");
+    let st = w.intent_ok("status", json!({"operationId": "intent-inflight", "limit": 50}));
+    let kinds: Vec<&str> = st["history"]["items"].as_array().unwrap().iter().map(|i| i["kind"].as_str().unwrap()).collect();
+    println!("intent cancel in flight: history {kinds:?}");
+    let receipt = kinds.iter().position(|k| *k == "action-receipt").expect("receipt");
+    let terminal = kinds.iter().position(|k| *k == "intent-terminal").expect("terminal");
+    assert!(receipt < terminal, "{kinds:?}");
+    assert_eq!(st["status"], json!("cancelled"));
+    assert_eq!(st["revision"], json!(1), "no observation after the stop: {st}");
+    export_and_verify(&w, "intent-inflight", "archive-inflight");
 }

@@ -321,3 +321,295 @@ fn script_web_flow_same_outcome_in_javascript_and_python() {
     assert_eq!(outcomes[0], outcomes[1], "JavaScript and Python give the same business outcome");
     assert_eq!(outcomes[0], json!({"saved": true, "verdicts": ["passed", "inconclusive", "inconclusive"]}));
 }
+
+// ------------------------------------------------------------------ checkpoint resume
+
+/// Records of one exported script operation (exported to `<root>/<dir>` and verified).
+fn exported_records(env: &TestEnv, id: &str, dir: &str, payloads: bool) -> (Value, Vec<Value>) {
+    let out = env.root.join(dir);
+    let mut args = vec!["evidence", "--operation", "export", "--namespace", "script", "--operation-id", id, "--output-dir", out.to_str().unwrap()];
+    if payloads {
+        args.extend_from_slice(&["--include-recorded-payloads", "true"]);
+    }
+    let exported = env.aab_ok(&args);
+    let sha = exported["value"]["manifestSha256"].as_str().unwrap().to_string();
+    let verified = env.aab_ok(&["evidence", "--operation", "verify", "--archive-dir", out.to_str().unwrap(), "--manifest-sha256", &sha]);
+    assert_eq!(verified["value"]["integrity"], json!("verified"), "{verified}");
+    let records: Value = serde_json::from_slice(&std::fs::read(out.join("records.json")).unwrap()).unwrap();
+    let list = records.as_array().cloned().or_else(|| records["records"].as_array().cloned()).unwrap_or_default();
+    (exported["value"].clone(), list)
+}
+
+fn kind_of(r: &Value) -> &str {
+    r["payload"]["kind"].as_str().or_else(|| r["kind"].as_str()).unwrap_or_default()
+}
+
+fn count_kind(records: &[Value], kind: &str) -> usize {
+    records.iter().filter(|r| kind_of(r) == kind).count()
+}
+
+/// Wait until the operation's event log holds an event of type `kind`.
+fn wait_event(env: &TestEnv, id: &str, kind: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let v = script_ok(env, &["--operation", "status", "--operation-id", id, "--after-sequence", "0", "--event-limit", "1000"]);
+        if v["events"].as_array().is_some_and(|e| e.iter().any(|e| e["type"] == json!(kind))) {
+            return;
+        }
+        assert!(!["completed", "failed", "cancelled"].contains(&v["status"].as_str().unwrap_or_default()), "{id} ended before `{kind}`: {v}");
+        assert!(Instant::now() < deadline, "{id}: no `{kind}` event: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+const RESUME_JS: &str = r#"
+exports.main = async (ctx) => {
+  const st = ctx.resume();
+  if (st) return { resumed: true, state: st };
+  const r = await ctx.call('fixture-sleep', { durationMs: 0, lane: 'ckpt-js', tag: 'once' });
+  if (!r.ok) throw new Error(JSON.stringify(r.error));
+  const k = await ctx.checkpoint('after-mutation', { actionId: r.execution.actionId, laneSeq: r.result.laneSeq });
+  if (!k.persisted) throw new Error('checkpoint: ' + JSON.stringify(k));
+  await new Promise((res) => setTimeout(res, 60000));
+  return { resumed: false };
+};
+"#;
+
+const RESUME_PY: &str = r#"
+import time
+def main(ctx):
+    st = ctx.resume()
+    if st is not None:
+        return {'resumed': True, 'state': st}
+    r = ctx.call('fixture-sleep', {'durationMs': 0, 'lane': 'ckpt-py', 'tag': 'once'})
+    if not r['ok']:
+        raise RuntimeError(str(r['error']))
+    k = ctx.checkpoint('after-mutation', {'actionId': r['execution']['actionId'], 'laneSeq': r['result']['laneSeq']})
+    if not k['persisted']:
+        raise RuntimeError('checkpoint: %s' % k)
+    time.sleep(60)
+    return {'resumed': False}
+"#;
+
+/// The mutation comes after the checkpoint: resuming would repeat it.
+const AFTER_CHECKPOINT_JS: &str = r#"
+exports.main = async (ctx) => {
+  if (ctx.resume()) return { resumed: true };
+  await ctx.checkpoint('before-mutation', { n: 1 });
+  const r = await ctx.call('fixture-sleep', { durationMs: 0, lane: 'ckpt-after', tag: 'after' });
+  ctx.progress({ mutated: r.ok });
+  await new Promise((res) => setTimeout(res, 60000));
+};
+"#;
+
+#[test]
+fn script_checkpoint_resume_after_kill_9_never_repeats_an_action() {
+    let env = TestEnv::new();
+    env.install_fixtures();
+    let receipts = env.root.join("fixture-receipts");
+    std::fs::create_dir_all(&receipts).unwrap();
+    env.set_env("AAB_FIXTURE_RECEIPTS", receipts.display().to_string());
+    let target = json!({"platform": "web", "sessionId": "ckpt-session", "runtimeEpoch": "ckpt-epoch"});
+    let policy = json!({"restartPolicy": "checkpoint", "timeoutMs": 120000});
+    let extra = json!({"target": target, "policy": policy});
+    start(&env, "ckpt-js", &spec("javascript", RESUME_JS, extra.clone()));
+    start(&env, "ckpt-py", &spec("python", RESUME_PY, extra.clone()));
+    start(&env, "ckpt-after", &spec("javascript", AFTER_CHECKPOINT_JS, extra.clone()));
+    start(&env, "ckpt-none", &spec("javascript", "exports.main = async (ctx) => { await ctx.checkpoint('c', {}); await new Promise(r => setTimeout(r, 60000)); };", json!({})));
+    for id in ["ckpt-js", "ckpt-py", "ckpt-none"] {
+        wait_event(&env, id, "checkpoint");
+    }
+    wait_event(&env, "ckpt-after", "progress");
+
+    let pid = env.runtime_pid().expect("runtime pid");
+    // SAFETY: the test's own runtime daemon.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    let gone = Instant::now() + Duration::from_secs(10);
+    while unsafe { libc::kill(pid, 0) } == 0 && Instant::now() < gone {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // The next runtime reads the durable records.
+    for id in ["ckpt-js", "ckpt-py"] {
+        let v = script_ok(&env, &["--operation", "status", "--operation-id", id]);
+        assert_eq!((&v["status"], &v["error"], &v["restored"]), (&json!("failed"), &json!("runtime_lost"), &json!(true)), "{v}");
+        assert_eq!(v["resumable"], json!(true), "{v}");
+        assert_eq!(v["resumeMode"], json!("checkpoint"), "{v}");
+        assert_eq!(v["checkpoint"]["name"], json!("after-mutation"), "{v}");
+        assert_eq!(v["checkpoint"]["actionSequence"], json!(1), "{v}");
+    }
+    let after = script_ok(&env, &["--operation", "status", "--operation-id", "ckpt-after"]);
+    assert_eq!(after["resumable"], json!(false), "{after}");
+    assert_eq!(after["ambiguous"], json!(true), "{after}");
+    assert_eq!(after["resumeRefusal"]["details"]["reason"], json!("checkpoint_precedes_action"), "{after}");
+    let refused = script(&env, &["--operation", "resume", "--operation-id", "ckpt-after"]);
+    assert_eq!(refused.pointer("/execution/error"), Some(&json!("ambiguous")), "{refused}");
+    let none = script_ok(&env, &["--operation", "status", "--operation-id", "ckpt-none"]);
+    assert_eq!((&none["resumable"], &none["resumeMode"]), (&json!(false), &json!("none")), "{none}");
+    let refused = script(&env, &["--operation", "resume", "--operation-id", "ckpt-none"]);
+    assert_eq!(refused.pointer("/execution/error"), Some(&json!("not_resumable")), "{refused}");
+
+    for id in ["ckpt-js", "ckpt-py"] {
+        let t0 = Instant::now();
+        let r = script_ok(&env, &["--operation", "resume", "--operation-id", id]);
+        assert_eq!(r["status"], json!("running"), "{r}");
+        let v = wait_status(&env, id, &[]);
+        assert_eq!(v["status"], json!("completed"), "{v}\n{}", env.report(None));
+        println!("script {id}: resume-to-completed {} ms", t0.elapsed().as_millis());
+        let res = script_ok(&env, &["--operation", "result", "--operation-id", id])["result"].clone();
+        assert_eq!(res["resumed"], json!(true), "{res}");
+        assert_eq!(res["state"]["actionId"], json!(format!("{id}:action-1")), "{res}");
+        // A second resume of a completed operation is refused.
+        let again = script(&env, &["--operation", "resume", "--operation-id", id]);
+        assert_eq!(again.pointer("/execution/error"), Some(&json!("not_resumable")), "{again}");
+        // The mutation before the checkpoint ran exactly once.
+        let (_, records) = exported_records(&env, id, &format!("archive-{id}"), false);
+        assert_eq!(count_kind(&records, "dispatch-marker"), 1, "{records:?}");
+        assert_eq!(count_kind(&records, "action-receipt"), 1, "{records:?}");
+        let steps: Vec<String> = records.iter().filter(|r| kind_of(r) == "checkpoint").map(|r| r.to_string()).collect();
+        assert!(steps.iter().any(|s| s.contains("\"resume\"")), "a resume checkpoint is recorded: {steps:?}");
+    }
+    let mut files: Vec<String> = std::fs::read_dir(&receipts).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| !n.starts_with('.')).collect();
+    files.sort();
+    // Three mutations were dispatched in all (js, py, after): three fixture effects, none repeated by a resume.
+    assert_eq!(files.len(), 3, "one fixture effect per mutation: {files:?}");
+    no_children(&env);
+}
+
+// ------------------------------------------------------------------ recordingDir
+
+const RECORDED_JS: &str = r#"
+exports.main = async (ctx) => {
+  const first = await ctx.call('fixture-sleep', { durationMs: 0, lane: 'rec', tag: 'one' });
+  const verdict = await ctx.assert({ name: 'first', condition: first.ok, evidence: first.evidence });
+  if (ctx.inputs.pause) await ctx.askAgent({ question: 'go on?' });
+  const second = await ctx.call('fixture-sleep', { durationMs: 0, lane: 'rec', tag: 'two' });
+  const third = await ctx.call('fixture-sleep', { durationMs: 0, lane: 'rec', tag: 'three' });
+  const code = (r) => [r.ok, r.error && r.error.code, r.dispatched];
+  return { first: code(first), verdict: verdict.verdict, second: code(second), third: code(third) };
+};
+"#;
+
+#[test]
+fn script_recording_dir_records_calls_and_latches_failures() {
+    let env = TestEnv::new();
+    env.install_fixtures();
+    let target = json!({"platform": "web", "sessionId": "rec-session", "runtimeEpoch": "rec-epoch"});
+    let work = env.aab_ok(&["runtime", "--operation", "status"]); // starts the runtime
+    drop(work);
+
+    // Parent of recordingDir is a regular file: refused at start, nothing runs.
+    let file = env.root.join("not-a-dir");
+    std::fs::write(&file, b"x").unwrap();
+    let bad = file.join("rec");
+    let run = env.aab(&["script", "--operation", "start", "--operation-id", "rec-bad", "--recording-dir", bad.to_str().unwrap(), "--script", &spec("javascript", RECORDED_JS, json!({"target": target})).to_string()]);
+    let body = env.json_of(&run);
+    assert_eq!(body.pointer("/execution/ok"), Some(&json!(false)), "{body}");
+    println!("recordingDir under a regular file: {}", body.pointer("/execution/error").unwrap_or(&Value::Null));
+    // recordingDir with restartPolicy checkpoint is refused.
+    let dir = env.root.join("rec-checkpoint");
+    let run = env.aab(&["script", "--operation", "start", "--operation-id", "rec-ckpt", "--recording-dir", dir.to_str().unwrap(), "--script", &spec("javascript", RECORDED_JS, json!({"target": target, "policy": {"restartPolicy": "checkpoint"}})).to_string()]);
+    assert_eq!(env.json_of(&run).pointer("/execution/error"), Some(&json!("recording_restart_unsupported")), "{}", env.json_of(&run));
+
+    // A complete recording: every call and the assertion are attachments; export with payloads verifies.
+    let ok_dir = env.root.join("rec-ok");
+    script_ok(&env, &["--operation", "start", "--operation-id", "rec-ok", "--recording-dir", ok_dir.to_str().unwrap(), "--script", &spec("javascript", RECORDED_JS, json!({"target": target})).to_string()]);
+    let v = wait_status(&env, "rec-ok", &[]);
+    assert_eq!(v["status"], json!("completed"), "{v}");
+    assert_eq!(v["recording"]["error"], Value::Null, "{v}");
+    let res = script_ok(&env, &["--operation", "result", "--operation-id", "rec-ok"])["result"].clone();
+    assert_eq!(res, json!({"first": [true, null, true], "verdict": "passed", "second": [true, null, true], "third": [true, null, true]}));
+    let mut files: Vec<String> = std::fs::read_dir(&ok_dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    files.sort();
+    assert_eq!(files, vec!["1.json", "2.json", "3.json", "4.json"], "3 calls + 1 assertion");
+    let doc: Value = serde_json::from_slice(&std::fs::read(ok_dir.join("2.json")).unwrap()).unwrap();
+    assert_eq!((&doc["schemaVersion"], &doc["kind"], &doc["operationId"]), (&json!("aab.recorded-payload/v1"), &json!("script-assertion"), &json!("rec-ok")), "{doc}");
+    let (manifest, records) = exported_records(&env, "rec-ok", "archive-rec-ok", true);
+    assert_eq!(count_kind(&records, "attachment"), 4, "{manifest}");
+    println!("recording archive: {} records, recordedPayloads {}", records.len(), manifest["recordedPayloads"]);
+    assert!(!manifest["recordedPayloads"].is_null(), "{manifest}");
+
+    // A failure mid-run latches: the failing call reports it, the next is refused before dispatch.
+    let fail_dir = env.root.join("rec-fail");
+    script_ok(&env, &["--operation", "start", "--operation-id", "rec-fail", "--recording-dir", fail_dir.to_str().unwrap(), "--script", &spec("javascript", RECORDED_JS, json!({"target": target, "inputs": {"pause": true}})).to_string()]);
+    let v = wait_status(&env, "rec-fail", &["waiting_for_agent"]);
+    let q = v["pendingQuestion"].clone();
+    std::fs::remove_dir_all(&fail_dir).unwrap();
+    std::fs::write(&fail_dir, b"in the way").unwrap();
+    script_ok(&env, &["--operation", "decide", "--operation-id", "rec-fail", "--question-id", q["questionId"].as_str().unwrap(), "--revision", &q["revision"].to_string(), "--decision", "true"]);
+    let v = wait_status(&env, "rec-fail", &[]);
+    assert_eq!(v["status"], json!("completed"), "{v}");
+    let code = v["recording"]["error"]["code"].clone();
+    assert!(code.is_string(), "the latched recording error is visible: {v}");
+    let res = script_ok(&env, &["--operation", "result", "--operation-id", "rec-fail"])["result"].clone();
+    assert_eq!(res["second"], json!([false, code, true]), "the call whose recording failed: {res}");
+    assert_eq!(res["third"], json!([false, code, false]), "later calls are refused: {res}");
+    let all = script_ok(&env, &["--operation", "status", "--operation-id", "rec-fail", "--event-limit", "1000"]);
+    assert!(all["events"].as_array().unwrap().iter().any(|e| e["type"] == json!("recording_failed")), "{all}");
+    println!("recording latch: {code}");
+    no_children(&env);
+}
+
+// ------------------------------------------------------------------ assertions
+
+const ASSERT_JS: &str = r#"
+exports.main = async (ctx) => {
+  const sleep = (tag, ms = 0) => ctx.call('fixture-sleep', { durationMs: ms, lane: 'assert', tag });
+  const v = async (a) => { const r = await ctx.assert(a); return [r.verdict, r.reason]; };
+  const one = await sleep('one');
+  const two = await sleep('two');
+  const e = two.evidence;
+  const out = {
+    current: await v({ name: 'current', condition: true, evidence: e }),
+    currentFalse: await v({ name: 'false', condition: false, evidence: e }),
+    required: await v({ name: 'required', condition: true, evidence: e, requiredEvidence: ['fixture-sleep'] }),
+    requiredMissing: await v({ name: 'missing', condition: true, evidence: e, requiredEvidence: ['web-dom'] }),
+    lowerCoverage: await v({ name: 'partial ok', condition: true, evidence: e, requireCoverage: false }),
+    preMutation: await v({ name: 'pre', condition: true, evidence: one.evidence }),
+    edited: await v({ name: 'edited', condition: true, evidence: { ...e, resultSha256: '0'.repeat(64) } }),
+    extraField: await v({ name: 'extra', condition: true, evidence: { ...e, note: 'x' } }),
+    forged: await v({ name: 'forged', condition: true, evidence: { ...e, callId: 'call-999' } }),
+    foreign: await v({ name: 'foreign', condition: true, evidence: ctx.inputs.foreign }),
+    notObject: await v({ name: 'string', condition: true, evidence: 'trust me' }),
+    notBoolean: await v({ name: 'nb', condition: 1, evidence: e }),
+    none: await v({ name: 'none', condition: true, scope: 'device' }),
+    code: await v({ name: 'code', condition: true }),
+  };
+  const inflight = sleep('slow', 1500);
+  await new Promise((r) => setTimeout(r, 300));
+  out.inFlight = await v({ name: 'inflight', condition: true, evidence: e });
+  await inflight;
+  out.afterInFlight = await v({ name: 'after', condition: true, evidence: e });
+  return { evidence: e, verdicts: out };
+};
+"#;
+
+#[test]
+fn script_assertions_accept_only_unchanged_current_host_evidence() {
+    let env = TestEnv::new();
+    env.install_fixtures();
+    let target = json!({"platform": "web", "sessionId": "as-session", "runtimeEpoch": "as-epoch"});
+    start(&env, "assert-a", &spec("javascript", ASSERT_JS, json!({"target": target, "inputs": {"foreign": null}})));
+    assert_eq!(wait_status(&env, "assert-a", &[])["status"], json!("completed"));
+    let first = script_ok(&env, &["--operation", "result", "--operation-id", "assert-a"])["result"].clone();
+    // The same program in a second operation, given the first one's (unchanged) evidence.
+    start(&env, "assert-b", &spec("javascript", ASSERT_JS, json!({"target": target, "inputs": {"foreign": first["evidence"]}})));
+    let v = wait_status(&env, "assert-b", &[]);
+    assert_eq!(v["status"], json!("completed"), "{v}");
+    let r = script_ok(&env, &["--operation", "result", "--operation-id", "assert-b"])["result"]["verdicts"].clone();
+    let expect = json!({
+        "current": ["passed", null], "currentFalse": ["failed", null],
+        "required": ["passed", null], "requiredMissing": ["inconclusive", "required_evidence_missing"],
+        "lowerCoverage": ["inconclusive", "coverage_requirement_unsupported"],
+        "preMutation": ["inconclusive", "evidence_outside_action_window"],
+        "edited": ["inconclusive", "evidence_modified"], "extraField": ["inconclusive", "evidence_modified"],
+        "forged": ["inconclusive", "evidence_not_issued"], "foreign": ["inconclusive", "evidence_foreign"],
+        "notObject": ["inconclusive", "evidence_not_issued"], "notBoolean": ["inconclusive", "condition_not_boolean"],
+        "none": ["inconclusive", "evidence_required"], "code": ["passed", null],
+        "inFlight": ["inconclusive", "mutation_in_flight"], "afterInFlight": ["inconclusive", "evidence_outside_action_window"],
+    });
+    assert_eq!(r, expect);
+    no_children(&env);
+}

@@ -182,7 +182,11 @@ impl Catalog {
             reports.push(report);
         }
         cache.save();
-        Catalog { registry, reports, modules, file_digests, bundle_digest }
+        let mut catalog = Catalog { registry, reports, modules, file_digests, bundle_digest };
+        // Discovery narrowing of `intent decide` by the loaded Intent providers.
+        let narrowing = crate::engines::intent::discovery_narrowing(&catalog.intent_providers());
+        catalog.registry.set_narrowing(narrowing);
+        catalog
     }
 
     /// The code fingerprint input for plugins: every candidate file and its sha256,

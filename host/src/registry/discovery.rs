@@ -86,18 +86,66 @@ fn answer(registry: &Registry, query: &Value) -> Result<Answer, CommandError> {
         return Err(CommandError::invalid(filter, format!("`{filter}` narrows one command's schema and needs `command` as well")));
     }
     if let Some(filter) = ["platform", "provider", "action"].into_iter().find(|f| query.get(*f).is_some()) {
-        let message = if registry.get("intent").is_some() {
-            format!("`{filter}` selects an Intent decide schema, which this build's discovery cannot narrow yet; query `{{\"command\":\"intent\",\"operation\":\"decide\"}}` instead")
-        } else {
-            format!("`{filter}` only applies to `{{\"command\":\"intent\",\"operation\":\"decide\"}}`, and this build has no `intent` command")
+        let name = command.unwrap_or_default();
+        let Some(narrowing) = registry.narrowing(name).filter(|_| registry.get(name).is_some()) else {
+            return Err(CommandError::invalid(filter, format!("`{filter}` narrows a command's field schema, and `{name}` declares no such narrowing")));
         };
-        return Err(CommandError::invalid(filter, message));
+        if text("operation") != Some(narrowing.operation.as_str()) {
+            return Err(CommandError::invalid(
+                "operation",
+                format!("`{filter}` narrows `{name}` operation `{}`; add `\"operation\":\"{}\"`", narrowing.operation, narrowing.operation),
+            )
+            .with_details(json!({"allowed": [narrowing.operation]})));
+        }
+        let mut answer = command_answer(registry, name, Some(&narrowing.operation))?;
+        narrow_field(&mut answer.payload, narrowing, [("platform", text("platform")), ("provider", text("provider")), ("action", text("action"))])?;
+        answer.example = json!({"command": name, "operation": narrowing.operation, "action": narrowing.variants.first().map(|v| v.action.clone())});
+        return Ok(answer);
     }
     let include_options = query.get("includeOptions") == Some(&Value::Bool(true));
     match command {
         Some(name) => command_answer(registry, name, text("operation")),
         None => Ok(directory(registry, text("domain"), include_options)),
     }
+}
+
+/// Keep the narrowing variants the filters select (each filter in turn; an
+/// unknown value → `invalid_argument` on that filter with `details.allowed`) and
+/// splice their schemas in at the narrowing's pointer.
+fn narrow_field(payload: &mut Value, narrowing: &super::FieldNarrowing, filters: [(&str, Option<&str>); 3]) -> Result<(), CommandError> {
+    let mut kept: Vec<&super::NarrowingVariant> = narrowing.variants.iter().collect();
+    let mut selection = Map::new();
+    selection.insert("operation".into(), json!(narrowing.operation));
+    for (key, wanted) in filters {
+        let Some(wanted) = wanted else { continue };
+        let mut allowed: Vec<&str> = kept.iter().map(|v| v.selector(key)).collect();
+        allowed.sort_unstable();
+        allowed.dedup();
+        if !allowed.contains(&wanted) {
+            let scope = if selection.len() > 1 { format!(" with {}", Value::Object(selection.clone())) } else { String::new() };
+            return Err(CommandError::invalid(key, format!("no loaded plugin offers {key} `{wanted}` for `{}` operation `{}`{scope}; allowed: {allowed:?}", narrowing.command, narrowing.operation))
+                .with_details(json!({"allowed": allowed})));
+        }
+        kept.retain(|v| v.selector(key) == wanted);
+        selection.insert(key.into(), json!(wanted));
+    }
+    let schemas: Vec<Value> = kept.iter().map(|v| v.schema.clone()).collect();
+    let spliced = if schemas.len() == 1 { schemas[0].clone() } else { json!({"anyOf": schemas}) };
+    let mut providers: Vec<&str> = kept.iter().map(|v| v.provider.as_str()).collect();
+    providers.sort_unstable();
+    providers.dedup();
+    let schema = &mut payload["inputSchema"];
+    if let Some(slot) = schema.pointer_mut(&narrowing.pointer) {
+        *slot = spliced;
+    }
+    if let (Some(pointer), [only]) = (&narrowing.provider_pointer, providers.as_slice())
+        && let Some(slot) = schema.pointer_mut(pointer)
+    {
+        *slot = json!({"type": "string", "const": only});
+    }
+    selection.insert("variants".into(), kept.iter().map(|v| json!({"platform": v.platform, "provider": v.provider, "action": v.action})).collect());
+    payload["selection"] = Value::Object(selection);
+    Ok(())
 }
 
 fn unknown_domain(domain: &str) -> CommandError {

@@ -109,6 +109,43 @@ pub struct Registry {
     commands: BTreeMap<String, RegisteredCommand>,
     /// Platforms declared by loaded plugin manifests.
     platforms: BTreeSet<String>,
+    /// Host-provided discovery narrowings (at most one per command).
+    narrowings: BTreeMap<String, FieldNarrowing>,
+}
+
+/// Discovery data, provided by the host, that narrows one field of one
+/// operation's schema by the `platform` / `provider` / `action` query filters
+/// (Intent `decide` → one provider's declared action schema). The registry only
+/// matches selector values and splices schemas; it never interprets a platform.
+#[derive(Clone, Debug, Default)]
+pub struct FieldNarrowing {
+    pub command: String,
+    pub operation: String,
+    /// JSON Pointer, inside the operation-narrowed input schema, of the field
+    /// replaced by the selected variants' schemas.
+    pub pointer: String,
+    /// JSON Pointer of a field pinned to the provider when one provider remains.
+    pub provider_pointer: Option<String>,
+    pub variants: Vec<NarrowingVariant>,
+}
+
+#[derive(Clone, Debug)]
+pub struct NarrowingVariant {
+    pub platform: String,
+    pub provider: String,
+    pub action: String,
+    pub schema: Value,
+}
+
+impl NarrowingVariant {
+    /// The selector value for one filter key (`platform`, `provider`, `action`).
+    pub fn selector(&self, key: &str) -> &str {
+        match key {
+            "platform" => &self.platform,
+            "provider" => &self.provider,
+            _ => &self.action,
+        }
+    }
 }
 
 impl Registry {
@@ -161,6 +198,16 @@ impl Registry {
 
     pub fn get(&self, command: &str) -> Option<&RegisteredCommand> {
         self.commands.get(command)
+    }
+
+    /// Install (or replace) the discovery narrowing of `narrowing.command`.
+    pub fn set_narrowing(&mut self, narrowing: FieldNarrowing) {
+        self.narrowings.insert(narrowing.command.clone(), narrowing);
+    }
+
+    /// The discovery narrowing of `command`, if the host provided one.
+    pub fn narrowing(&self, command: &str) -> Option<&FieldNarrowing> {
+        self.narrowings.get(command)
     }
 
     /// All commands, sorted by command name.

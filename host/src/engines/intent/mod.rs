@@ -45,6 +45,25 @@ pub fn spec() -> Option<CommandSpec> {
     Some(schema::spec())
 }
 
+/// Discovery data: `capabilities {command:"intent", operation:"decide",
+/// platform?, provider?, action?}` narrows `decision.action` to the declared
+/// action schemas of the loaded providers.
+pub fn discovery_narrowing(providers: &[(String, IntentProvider)]) -> crate::registry::FieldNarrowing {
+    let variants = providers
+        .iter()
+        .flat_map(|(_, p)| {
+            p.actions.iter().map(|a| crate::registry::NarrowingVariant { platform: p.platform.clone(), provider: p.provider.clone(), action: a.action.clone(), schema: a.schema.clone() })
+        })
+        .collect();
+    crate::registry::FieldNarrowing {
+        command: "intent".into(),
+        operation: "decide".into(),
+        pointer: "/properties/decision/properties/action".into(),
+        provider_pointer: Some("/properties/decision/properties/provider".into()),
+        variants,
+    }
+}
+
 /// Per-runtime engine state (operations and their tasks).
 #[derive(Default)]
 pub struct IntentEngine {
@@ -62,7 +81,18 @@ struct Op {
     work: tokio::sync::Mutex<()>,
     /// Set once the terminal status is exposed (ends the deadline watcher).
     done: tokio_util::sync::CancellationToken,
+    /// Autonomous mode: the frozen, syntax-checked agent module.
+    agent: Option<aab_extract::PreparedScript>,
     st: Mutex<St>,
+}
+
+/// Autonomous budget (§8.4); the lifetime part is folded into the deadline.
+#[derive(Clone, Default)]
+struct Budget {
+    max_actions: u64,
+    max_agent_calls: u64,
+    max_duration_ms: u64,
+    allowlist: Vec<String>,
 }
 
 struct St {
@@ -96,6 +126,9 @@ struct St {
     watermarks: Map<String, Value>,
     capture: Value,
     paused_from: Option<String>,
+    budget: Option<Budget>,
+    /// Agent turn generation: a reply is accepted only for the current turn.
+    turn: u64,
 }
 
 impl St {
@@ -233,7 +266,18 @@ fn choose_provider(host: &ExecutionHost, platform: &str, wanted: Option<&str>) -
 
 fn validate_with(schema: &Value, instance: &Value, field: &str) -> Result<(), CommandError> {
     let validator = crate::registry::validate::compile(schema).map_err(|e| CommandError::new("intent_provider_invalid", format!("provider schema does not compile: {e}")))?;
-    crate::registry::validate::validate_instance(&validator, schema, instance, field)
+    crate::registry::validate::validate_instance(&validator, schema, instance, field).map_err(|mut e| {
+        // Field paths are reported from the request root (`decision.action.selector`).
+        if let Some(f) = e.field.clone()
+            && f != field
+            && !f.starts_with(&format!("{field}."))
+        {
+            let full = format!("{field}.{f}");
+            e.message = e.message.replacen(&format!("`{f}`"), &format!("`{full}`"), 1);
+            e.field = Some(full);
+        }
+        e
+    })
 }
 
 async fn start(host: &Arc<ExecutionHost>, args: &Value, cwd: &str) -> Result<Value, CommandError> {
@@ -241,8 +285,13 @@ async fn start(host: &Arc<ExecutionHost>, args: &Value, cwd: &str) -> Result<Val
     if engine.closed.load(Ordering::SeqCst) {
         return Err(CommandError::new("runtime_stopped", "the runtime is stopping; no new Intent starts"));
     }
-    if text(args, "mode") == Some("autonomous") {
-        return Err(CommandError::new("agent_adapter_unavailable", "autonomous mode is not available in this build; use the supervised mode (decide)").with_field("mode"));
+    let autonomous = text(args, "mode") == Some("autonomous");
+    if !autonomous {
+        for f in ["agentModule", "budget"] {
+            if args.get(f).is_some() {
+                return Err(CommandError::invalid(f, format!("`{f}` needs mode:\"autonomous\"")));
+            }
+        }
     }
     if args.get("recordingDir").is_some() {
         return Err(CommandError::new("recording_unavailable", "Intent recording is not available in this build").with_field("recordingDir"));
@@ -262,6 +311,7 @@ async fn start(host: &Arc<ExecutionHost>, args: &Value, cwd: &str) -> Result<Val
             return Err(CommandError::new("intent_stream_unsupported", format!("provider `{}` offers no capture stream `{name}`", provider.provider)).with_field("require.streams"));
         }
     }
+    let (agent, budget) = if autonomous { prepare_agent(args, cwd, &provider).await.map(|(a, b)| (Some(a), Some(b)))? } else { (None, None) };
     let op_id = text(args, "operationId").map(str::to_string).unwrap_or_else(|| format!("intent-{}", crate::ids::uuid_v4()));
     let facts = host.facts.clone();
     let store = facts.store()?.clone();
@@ -283,7 +333,10 @@ async fn start(host: &Arc<ExecutionHost>, args: &Value, cwd: &str) -> Result<Val
     if !retained.records.is_empty() {
         return Err(CommandError::new("operation_exists", format!("operation `{op_id}` has retained evidence; ids are never reused")).with_field("operationId"));
     }
-    let lifetime = args.get("timeoutMs").and_then(Value::as_u64).unwrap_or(schema::DEFAULT_LIFETIME_MS);
+    let mut lifetime = args.get("timeoutMs").and_then(Value::as_u64).unwrap_or(schema::DEFAULT_LIFETIME_MS);
+    if let Some(b) = &budget {
+        lifetime = lifetime.min(b.max_duration_ms);
+    }
     let started_at_ms = crate::ids::now_ms();
     let op = Arc::new(Op {
         id: op_id.clone(),
@@ -293,13 +346,14 @@ async fn start(host: &Arc<ExecutionHost>, args: &Value, cwd: &str) -> Result<Val
         cancel: Cancel::default(),
         work: tokio::sync::Mutex::new(()),
         done: tokio_util::sync::CancellationToken::new(),
+        agent,
         st: Mutex::new(St {
             status: "created".into(),
             revision: 0,
             error: None,
             last_decision_id: None,
             decisions: HashSet::new(),
-            mode: "supervised".into(),
+            mode: if autonomous { "autonomous" } else { "supervised" }.into(),
             goal: text(args, "goal").unwrap_or_default().to_string(),
             target: target.clone(),
             plugin,
@@ -324,6 +378,8 @@ async fn start(host: &Arc<ExecutionHost>, args: &Value, cwd: &str) -> Result<Val
             watermarks: Map::new(),
             capture: Value::Null,
             paused_from: None,
+            budget,
+            turn: 0,
         }),
     });
     {
@@ -364,7 +420,9 @@ async fn start(host: &Arc<ExecutionHost>, args: &Value, cwd: &str) -> Result<Val
     let outcome = observe(&host2, &op).await;
     drop(guard);
     let _ = outcome;
-    Ok(snapshot(&op))
+    let snap = snapshot(&op);
+    spawn_agent(host, &op);
+    Ok(snap)
 }
 
 async fn expire(op: &Arc<Op>) {
@@ -576,15 +634,49 @@ async fn live_op(host: &Arc<ExecutionHost>, args: &Value) -> Result<Arc<Op>, Com
 }
 
 async fn decide(host: &Arc<ExecutionHost>, args: &Value) -> Result<Value, CommandError> {
-    let t_total = Instant::now();
     let op = live_op(host, args).await?;
     let decision = args.get("decision").cloned().unwrap_or(Value::Null);
-    let decision_id = text(&decision, "decisionId").unwrap_or_default().to_string();
-    let based_on = decision.get("basedOnRevision").and_then(Value::as_u64).unwrap_or(0);
-    let agent = text(&decision, "agentDecision").unwrap_or_default().to_string();
     let Ok(guard) = op.work.try_lock() else {
         return Err(err_details(CommandError::new("operation_busy", "an observation or action of this Intent is pending"), &op));
     };
+    let result = decide_on(host, &op, decision, guard, "caller").await;
+    if result.is_ok() {
+        // Autonomous mode: a caller's correction hands the loop back to the agent.
+        spawn_agent(host, &op);
+    }
+    result
+}
+
+/// The budget gate of autonomous mode (§8.4), before anything is persisted:
+/// an action outside the allowlist or past maxActions ends the Intent with
+/// `intervention_required` and is never dispatched.
+async fn budget_gate(op: &Arc<Op>, action: &str) -> Result<(), CommandError> {
+    let reason = {
+        let st = op.st.lock().expect("intent state");
+        let Some(b) = &st.budget else { return Ok(()) };
+        if !b.allowlist.iter().any(|a| a == action) {
+            Some(("action_not_allowed", format!("action `{action}` is not in the budget allowlist {:?}", b.allowlist), json!({"allowed": b.allowlist})))
+        } else if st.action_steps >= b.max_actions {
+            Some(("max_steps", format!("the action budget ({}) is spent", b.max_actions), json!({"maxActions": b.max_actions})))
+        } else {
+            None
+        }
+    };
+    let Some((code, message, details)) = reason else { return Ok(()) };
+    {
+        let mut st = op.st.lock().expect("intent state");
+        st.status = "finishing".into();
+        st.event("intervention_required", json!({"reason": code, "action": action}));
+    }
+    finish(op, "intervention_required", Some(code.into())).await;
+    Err(err_details(CommandError::new(code, message).with_field("decision.action.action").with_details(details), op))
+}
+
+async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Value, guard: tokio::sync::MutexGuard<'a, ()>, decided_by: &str) -> Result<Value, CommandError> {
+    let t_total = Instant::now();
+    let decision_id = text(&decision, "decisionId").unwrap_or_default().to_string();
+    let based_on = decision.get("basedOnRevision").and_then(Value::as_u64).unwrap_or(0);
+    let agent = text(&decision, "agentDecision").unwrap_or_default().to_string();
     // Pre-dispatch checks, in the contract's order; nothing is persisted or dispatched on rejection.
     let (provider, observation, target, obs_ids) = {
         let st = op.st.lock().expect("intent state");
@@ -623,6 +715,7 @@ async fn decide(host: &Arc<ExecutionHost>, args: &Value) -> Result<Value, Comman
             ));
         };
         validate_with(&decl.schema, action, "decision.action").map_err(|e| err_details(e, &op))?;
+        budget_gate(op, name).await?;
         let element = match action.get("selector") {
             Some(sel) => match provider::resolve(&provider.summarize, &observation, sel) {
                 Ok(e) => Some(provider::element_source(&provider.summarize, e)),
@@ -650,6 +743,7 @@ async fn decide(host: &Arc<ExecutionHost>, args: &Value) -> Result<Value, Comman
     let decision_payload = json!({
         "decisionId": decision_id, "revision": based_on, "basedOnRevision": based_on, "basedOnEvidenceIds": obs_ids, "actionSpecHash": action_hash,
         "agentDecision": agent, "action": action, "reason": decision.get("reason"), "provider": provider.provider,
+        "decidedBy": decided_by,
     });
     let tc = Instant::now();
     let decision_eid = match persist(&op.facts, &op.id, "decision", decision_payload).await {
@@ -772,7 +866,16 @@ async fn decide(host: &Arc<ExecutionHost>, args: &Value) -> Result<Value, Comman
         drop(guard);
         return Err(err_details(e, &op));
     }
+    let stopping = { matches!(op.st.lock().expect("intent state").status.as_str(), "cancelling" | "finishing") };
     let observe_ms = match error {
+        None if stopping => {
+            // Cancel / timeout / intervene arrived during the action: no new
+            // observation; the stopper finishes once this work lock is released.
+            let mut st = op.st.lock().expect("intent state");
+            st.action_steps += 1;
+            st.event("action_settled_while_stopping", json!({"actionId": action_id}));
+            0
+        }
         None => {
             op.st.lock().expect("intent state").action_steps += 1;
             let to = Instant::now();
@@ -795,12 +898,16 @@ async fn decide(host: &Arc<ExecutionHost>, args: &Value) -> Result<Value, Comman
             let terminal = if e.ambiguous { "ambiguous" } else { "failed" };
             {
                 let mut st = op.st.lock().expect("intent state");
-                if !matches!(st.status.as_str(), "cancelling" | "finishing") {
+                if !stopping {
                     st.status = "finishing".into();
                 }
                 st.event("action_failed", json!({"error": e.code, "dispatched": e.dispatched, "ambiguous": e.ambiguous}));
             }
-            finish(&op, terminal, Some(e.code.clone())).await;
+            // A stop requested during the action keeps its own outcome (cancelled /
+            // timeout / intervention_required); `lastAction` keeps dispatched/ambiguous.
+            if !stopping {
+                finish(&op, terminal, Some(e.code.clone())).await;
+            }
             drop(guard);
             return Err(err_details(e, &op));
         }
@@ -817,6 +924,169 @@ async fn decide(host: &Arc<ExecutionHost>, args: &Value) -> Result<Value, Comman
     Ok(snapshot(&op))
 }
 
+// ------------------------------------------------------------------ autonomous mode
+
+/// Freeze and syntax-check `agentModule` (aab-extract's `prepare`: no top-level
+/// code runs) and resolve the budget with its defaults.
+async fn prepare_agent(args: &Value, cwd: &str, provider: &IntentProvider) -> Result<(aab_extract::PreparedScript, Budget), CommandError> {
+    let Some(module) = args.get("agentModule").filter(|m| m.is_object()) else {
+        return Err(CommandError::new("agent_adapter_unavailable", "mode:\"autonomous\" needs an agentModule {language, source | sourcePath}").with_field("agentModule"));
+    };
+    let b = args.get("budget").cloned().unwrap_or(Value::Null);
+    let num = |k: &str| b.get(k).and_then(Value::as_u64);
+    let allowlist: Vec<String> = match b.get("allowlist").and_then(Value::as_array) {
+        Some(a) => a.iter().filter_map(Value::as_str).map(str::to_string).collect(),
+        None => vec!["tap".into()],
+    };
+    let offered: Vec<&str> = provider.actions.iter().map(|a| a.action.as_str()).collect();
+    if let Some(bad) = allowlist.iter().find(|a| !offered.contains(&a.as_str())) {
+        return Err(CommandError::invalid("budget.allowlist", format!("provider `{}` has no action `{bad}`", provider.provider)).with_details(json!({"allowed": offered})));
+    }
+    let budget = Budget {
+        max_actions: num("maxActions").or(num("maxSteps")).unwrap_or(schema::DEFAULT_MAX_ACTIONS),
+        max_agent_calls: num("maxAgentCalls").unwrap_or(schema::DEFAULT_MAX_AGENT_CALLS),
+        max_duration_ms: num("maxDurationMs").unwrap_or(schema::DEFAULT_MAX_DURATION_MS),
+        allowlist,
+    };
+    let language = aab_extract::Language::from_name(text(module, "language").unwrap_or_default())
+        .ok_or_else(|| CommandError::invalid("agentModule.language", "agentModule.language is javascript or python"))?;
+    let spec = aab_extract::ScriptSpec {
+        language,
+        source: text(module, "source").map(str::to_string),
+        source_path: text(module, "sourcePath").map(str::to_string),
+        timeout_ms: module.get("timeoutMs").and_then(Value::as_u64).unwrap_or(schema::DEFAULT_AGENT_TURN_MS),
+    };
+    let cwd = std::path::PathBuf::from(cwd);
+    let prepared = tokio::task::spawn_blocking(move || aab_extract::prepare(spec, &cwd))
+        .await
+        .map_err(|e| CommandError::new("agent_adapter_unavailable", e.to_string()))?
+        .map_err(|e| {
+            let field = e.field.map(|f| f.replace("extract.", "agentModule."));
+            let mut err = CommandError::new(e.code, format!("agentModule: {}", e.message)).with_details(json!({"diagnostic": e.diagnostic}));
+            if let Some(f) = field {
+                err = err.with_field(f);
+            } else {
+                err = err.with_field("agentModule");
+            }
+            err
+        })?;
+    Ok((prepared, budget))
+}
+
+/// Start the next agent turn when an autonomous Intent waits for a decision.
+fn spawn_agent(host: &Arc<ExecutionHost>, op: &Arc<Op>) {
+    if op.agent.is_none() {
+        return;
+    }
+    let (host, op) = (host.clone(), op.clone());
+    tokio::spawn(async move { agent_loop(host, op).await });
+}
+
+/// One agent call per turn, in a fresh child (aab-extract: own process group,
+/// SIGKILLed at the per-turn timeout or after the reply, temp dir removed). The
+/// reply is validated exactly like a caller's `decide`; a malformed reply or an
+/// adapter failure leaves the Intent `waiting_for_decision` with the error
+/// recorded (no automatic re-ask); budget exhaustion → `intervention_required`.
+async fn agent_loop(host: Arc<ExecutionHost>, op: Arc<Op>) {
+    let Some(agent) = op.agent.clone() else { return };
+    loop {
+        let gate = {
+            let mut st = op.st.lock().expect("intent state");
+            if st.status != "waiting_for_decision" {
+                return;
+            }
+            let b = st.budget.clone().unwrap_or_default();
+            if st.agent_calls >= b.max_agent_calls {
+                Err(("max_agent_calls", json!({"maxAgentCalls": b.max_agent_calls})))
+            } else if st.action_steps >= b.max_actions {
+                Err(("max_steps", json!({"maxActions": b.max_actions})))
+            } else {
+                st.agent_calls += 1;
+                st.turn += 1;
+                st.status = "autonomous_deciding".into();
+                let (turn, calls) = (st.turn, st.agent_calls);
+                st.event("agent_call", json!({"turn": turn, "agentCalls": calls}));
+                let mut inputs = json!({"goal": st.goal, "revision": st.revision, "summary": st.summary, "evidenceId": st.latest.get("summary")});
+                if !st.capture.is_null() {
+                    inputs["capture"] = st.capture.clone();
+                }
+                Ok((turn, inputs))
+            }
+        };
+        let (turn, inputs) = match gate {
+            Ok(x) => x,
+            Err((reason, details)) => {
+                let Ok(_guard) = op.work.try_lock() else { return };
+                {
+                    let mut st = op.st.lock().expect("intent state");
+                    if st.status != "waiting_for_decision" {
+                        return;
+                    }
+                    st.status = "finishing".into();
+                    st.event("intervention_required", json!({"reason": reason, "budget": details}));
+                }
+                finish(&op, "intervention_required", Some(reason.into())).await;
+                return;
+            }
+        };
+        let script = agent.clone();
+        let t0 = Instant::now();
+        let ran = tokio::task::spawn_blocking(move || aab_extract::run_timed(&script, &inputs)).await;
+        let agent_ms = ms(t0.elapsed());
+        let guard = op.work.lock().await;
+        let reply = {
+            let mut st = op.st.lock().expect("intent state");
+            st.timing("decisionWaitMs", agent_ms);
+            if st.turn != turn || st.status != "autonomous_deciding" {
+                // Paused, cancelled, timed out or superseded: a late reply never dispatches.
+                let reason = st.status.clone();
+                st.event("agent_reply_discarded", json!({"turn": turn, "reason": reason}));
+                return;
+            }
+            st.status = "waiting_for_decision".into();
+            match ran {
+                Ok(x) => match x.result {
+                    Ok(v) => Ok(v),
+                    Err(e) => Err(json!({"error": e.code, "message": e.message, "diagnostic": e.diagnostic})),
+                },
+                Err(e) => Err(json!({"error": "agent_adapter_failed", "message": e.to_string()})),
+            }
+        };
+        let decision = match reply {
+            Ok(v) => v,
+            Err(why) => {
+                let mut st = op.st.lock().expect("intent state");
+                st.error = Some("agent_adapter_failed".into());
+                st.event("agent_adapter_failed", json!({"turn": turn, "agentMs": agent_ms, "cause": why}));
+                return;
+            }
+        };
+        let checked = validate_with(&schema::decision(), &decision, "decision");
+        let result = match checked {
+            Ok(()) => decide_on(&host, &op, decision.clone(), guard, "agent").await,
+            Err(e) => {
+                drop(guard);
+                Err(err_details(e, &op))
+            }
+        };
+        let mut st = op.st.lock().expect("intent state");
+        match result {
+            Ok(_) => {
+                if st.status != "waiting_for_decision" {
+                    return;
+                }
+            }
+            Err(e) => {
+                if !is_terminal(&st.status) {
+                    st.error = Some(e.code.clone());
+                }
+                st.event("agent_decision_rejected", json!({"turn": turn, "error": e.code, "field": e.field, "message": e.message, "reply": decision}));
+                return;
+            }
+        }
+    }
+}
+
 // ------------------------------------------------------------------ pause / resume / stop
 
 async fn pause_resume(host: &Arc<ExecutionHost>, args: &Value, pause: bool) -> Result<Value, CommandError> {
@@ -831,7 +1101,9 @@ async fn pause_resume(host: &Arc<ExecutionHost>, args: &Value, pause: bool) -> R
                 drop(st);
                 return Err(err_details(CommandError::new("operation_busy", "only a waiting Intent can be paused"), &op));
             }
-            st.paused_from = Some(st.status.clone());
+            // Pausing invalidates a pending agent reply (its turn no longer matches).
+            st.paused_from = Some(if st.status == "autonomous_deciding" { "waiting_for_decision".into() } else { st.status.clone() });
+            st.turn += 1;
             st.status = "paused".into();
             st.event("paused", json!({}));
         } else {
@@ -842,6 +1114,11 @@ async fn pause_resume(host: &Arc<ExecutionHost>, args: &Value, pause: bool) -> R
             st.status = st.paused_from.take().unwrap_or_else(|| "waiting_for_decision".into());
             st.event("resumed", json!({}));
         }
+    }
+    drop(_guard);
+    if !pause {
+        // Autonomous: resume obtains a new decision.
+        spawn_agent(host, &op);
     }
     Ok(snapshot(&op))
 }

@@ -8,6 +8,24 @@ use serde_json::{Map, Value, json};
 
 pub const DEFAULT_LIFETIME_MS: u64 = 300_000;
 pub const MAX_LIFETIME_MS: u64 = 3_600_000;
+pub const DEFAULT_MAX_ACTIONS: u64 = 30;
+pub const DEFAULT_MAX_AGENT_CALLS: u64 = 30;
+pub const DEFAULT_MAX_DURATION_MS: u64 = 120_000;
+pub const DEFAULT_AGENT_TURN_MS: u64 = 5000;
+
+fn agent_module() -> Value {
+    json!({
+        "type": "object", "additionalProperties": false, "required": ["language"],
+        "description": "Autonomous agent: a `main(ctx)` run in a fresh node/python3 child per decision turn; ctx.inputs = {goal, revision, summary, evidenceId, capture?}; returns a decision object (the `decide` shape)",
+        "properties": {
+            "language": {"type": "string", "enum": ["javascript", "python"]},
+            "source": {"type": "string", "minLength": 1, "maxLength": 65536},
+            "sourcePath": text(4096, "Agent source file (resolved against the caller's cwd, read at start)"),
+            "timeoutMs": {"type": "integer", "minimum": 1, "maximum": 10000, "default": DEFAULT_AGENT_TURN_MS, "description": "Per-turn timeout; the child is killed at it"}
+        },
+        "oneOf": [{"required": ["source"]}, {"required": ["sourcePath"]}]
+    })
+}
 
 fn text(max: u64, what: &str) -> Value {
     json!({"type": "string", "minLength": 1, "maxLength": max, "description": what})
@@ -21,10 +39,10 @@ fn revision() -> Value {
     json!({"type": "integer", "minimum": 1, "maximum": 9007199254740991u64, "description": "The committed revision this request is based on"})
 }
 
-fn decision() -> Value {
+pub(super) fn decision() -> Value {
     json!({
         "type": "object", "additionalProperties": false,
-        "description": "One decision against the committed revision. `act` needs an `action` of the observation's provider (its schema: `capabilities {command:\"intent\",operation:\"decide\"}` lists the vocabulary; the engine validates the action against the provider of the committed observation); complete/fail/inconclusive forbid one.",
+        "description": "One decision against the committed revision. `act` needs an `action` of the observation's provider (its schema: `capabilities {command:\"intent\",operation:\"decide\",platform?,provider?,action?}` returns the provider's declared action schema; the engine validates the action against the provider of the committed observation); complete/fail/inconclusive forbid one.",
         "required": ["decisionId", "basedOnRevision", "agentDecision"],
         "properties": {
             "decisionId": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", "description": "Unique within the Intent"},
@@ -60,10 +78,11 @@ fn budget() -> Value {
     json!({
         "type": "object", "additionalProperties": false,
         "properties": {
-            "maxSteps": {"type": "integer", "minimum": 1, "maximum": 10000},
-            "maxAgentCalls": {"type": "integer", "minimum": 1, "maximum": 10000},
-            "maxDurationMs": {"type": "integer", "minimum": 1, "maximum": MAX_LIFETIME_MS},
-            "allowlist": {"type": "array", "uniqueItems": true, "items": {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9]{0,63}$"}}
+            "maxActions": {"type": "integer", "minimum": 1, "maximum": 10000, "default": DEFAULT_MAX_ACTIONS, "description": "Dispatched actions (alias maxSteps)"},
+            "maxSteps": {"type": "integer", "minimum": 1, "maximum": 10000, "description": "Alias of maxActions"},
+            "maxAgentCalls": {"type": "integer", "minimum": 1, "maximum": 10000, "default": DEFAULT_MAX_AGENT_CALLS},
+            "maxDurationMs": {"type": "integer", "minimum": 1, "maximum": MAX_LIFETIME_MS, "default": DEFAULT_MAX_DURATION_MS, "description": "Shortens the lifetime: min(timeoutMs, maxDurationMs)"},
+            "allowlist": {"type": "array", "uniqueItems": true, "items": {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9]{0,63}$"}, "description": "Public action names the agent may dispatch (default [\"tap\"])"}
         }
     })
 }
@@ -78,7 +97,7 @@ fn operations() -> Vec<(&'static str, &'static str, Value, Vec<&'static str>)> {
     let provider = json!({"type": "string", "enum": ["native", "uia", "flutter", "h5"], "description": "Intent provider (default: the platform's default provider)"});
     let observation_target = json!({"type": ["object", "null"], "additionalProperties": false, "properties": {"webViewId": text(256, "observed WebView id"), "packageName": text(256, "package")}});
     vec![
-        ("start", "Start a supervised Intent: persist intent-started, observe, commit revision 1", json!({
+        ("start", "Start an Intent (supervised; or autonomous with agentModule + budget): persist intent-started, observe, commit revision 1", json!({
             "goal": text(4096, "What the Intent should achieve"),
             "target": target,
             "provider": provider.clone(),
@@ -88,7 +107,7 @@ fn operations() -> Vec<(&'static str, &'static str, Value, Vec<&'static str>)> {
             "require": require(),
             "recordingDir": text(4096, "Recording directory (not supported by this build)"),
             "mode": {"type": "string", "enum": ["supervised", "autonomous"], "default": "supervised"},
-            "agentModule": text(4096, "Autonomous agent module (node/python3)"),
+            "agentModule": agent_module(),
             "budget": budget()
         }), vec!["goal", "target"]),
         ("status", "State, committed summary and one history page (afterSequence = history.lastSequence of the previous page)", json!({

@@ -165,6 +165,11 @@ pub struct State {
     pub child_pid: Option<i32>,
     pub first_call_ms: Option<u64>,
     pub outstanding: usize,
+    /// `ctx.resume()` of the child: the last committed checkpoint's state on a
+    /// checkpoint resume, else null.
+    pub resume_state: Value,
+    /// The latched recording failure `{code, message}`: every later call fails with it.
+    pub recording_error: Option<Value>,
 }
 
 impl State {
@@ -195,6 +200,8 @@ impl State {
             child_pid: None,
             first_call_ms: None,
             outstanding: 0,
+            resume_state: Value::Null,
+            recording_error: None,
         }
     }
 
@@ -270,6 +277,10 @@ impl Op {
     }
 
     fn snapshot(&self, operation: &str, after: u64, limit: usize) -> Value {
+        // The recording lock is taken before (never under) the state lock.
+        let recording = self.recording.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|r| {
+            json!({"dir": r.dir().display().to_string(), "recordingId": r.recording_id(), "sequence": self.recording_seq.load(Ordering::SeqCst)})
+        });
         let s = self.lock();
         let events: Vec<Value> = s.events.iter().filter(|(seq, _, _)| *seq > after).take(limit).map(|(_, _, e)| e.clone()).collect();
         let first_retained = s.events.front().map(|(seq, _, _)| *seq).unwrap_or(s.event_seq + 1);
@@ -285,6 +296,10 @@ impl Op {
         });
         if let Some(d) = &s.diagnostics {
             v["diagnostics"] = d.clone();
+        }
+        if let Some(mut r) = recording {
+            r["error"] = s.recording_error.clone().unwrap_or(Value::Null);
+            v["recording"] = r;
         }
         v
     }

@@ -53,11 +53,7 @@ pub async fn dispatch(host: &Arc<ExecutionHost>, a: &Value, cwd: &str) -> Result
                 return match operation {
                     "status" | "wait" => restore(host, &id).await,
                     "result" => restored_result(host, &id).await,
-                    "resume" => {
-                        let snap = restore(host, &id).await?;
-                        Err(CommandError::new("not_resumable", "this runtime did not start the operation; checkpoint resume after a runtime loss is not implemented")
-                            .with_details(json!({"status": snap["status"], "error": snap["error"], "resumable": snap["resumable"]})))
-                    }
+                    "resume" => resume_restored(host, &id, a, cwd).await,
                     _ => {
                         let _ = restore(host, &id).await?;
                         Err(CommandError::new("operation_not_live", format!("operation `{id}` is not running in this runtime")))
@@ -224,28 +220,35 @@ async fn start(host: &Arc<ExecutionHost>, a: &Value, caller_cwd: &str) -> Result
         payload["source"] = json!(frozen.source);
     }
     persist(host, &id, "checkpoint", payload).await?;
+    let timeout = Duration::from_millis(frozen.timeout_ms);
+    let op = launch(host, id, frozen, recording, timeout, crate::ids::now_ms(), State::new())?;
+    op.update(|s| s.emit("script_started", json!({"hash": op.spec.hash, "language": op.spec.language.name()})));
+    Ok(op.snapshot("start", 0, 100))
+}
 
+/// Register the operation and start its supervisor task.
+fn launch(host: &Arc<ExecutionHost>, id: String, frozen: Frozen, recording: Option<aab_facts::recording::Recording>, remaining: Duration, started_ms: u64, state: State) -> Result<Arc<Op>, CommandError> {
+    let engine = &host.scripts;
     let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
     let now = Instant::now();
     let op = Arc::new(Op {
-        id: id.clone(),
-        deadline: now + Duration::from_millis(frozen.timeout_ms),
+        id,
+        deadline: now + remaining,
         spec: frozen,
-        state: std::sync::Mutex::new(State::new()),
+        state: std::sync::Mutex::new(state),
         version: watch::channel(0).0,
         cancel: Cancel::default(),
         paused: watch::channel(false).0,
         ctl: ctl_tx,
         started: now,
-        started_ms: crate::ids::now_ms(),
+        started_ms,
         recording: std::sync::Mutex::new(recording),
         recording_seq: AtomicU64::new(0),
     });
-    op.update(|s| s.emit("script_started", json!({"hash": op.spec.hash, "language": op.spec.language.name()})));
     engine.insert(op.clone())?;
     let task = tokio::spawn(run(host.clone(), op.clone(), ctl_rx));
     engine.tasks.lock().unwrap_or_else(|e| e.into_inner()).push(task);
-    Ok(op.snapshot("start", 0, 100))
+    Ok(op)
 }
 
 async fn stored_exists(host: &Arc<ExecutionHost>, id: &str) -> bool {
@@ -431,18 +434,18 @@ async fn read_result(host: &Arc<ExecutionHost>, id: &str, r: Value) -> Result<Va
     Ok(json!({"ok": true, "command": "script", "operation": "result", "operationId": id, "status": "completed", "result": value, "resultRef": r, "persisted": true}))
 }
 
-/// The durable records of an operation this runtime does not hold (e.g. after a
-/// runtime restart): terminal status if recorded, else `failed/runtime_lost`.
-async fn restore(host: &Arc<ExecutionHost>, id: &str) -> Result<Value, CommandError> {
+/// Every durable record of `id` in order (checksums are verified by the store; a
+/// damaged record is an error, never a shorter history).
+async fn read_records(host: &Arc<ExecutionHost>, id: &str) -> Result<Vec<(String, Value, String)>, CommandError> {
     let facts = host.facts.clone();
     let id2 = id.to_string();
-    let records = blocking(move || {
+    blocking(move || {
         let store = facts.store()?;
         let mut cursor = Cursor::Start;
         let mut out = Vec::new();
         loop {
             let page = store.read_evidence(Namespace::Script, &id2, &cursor, 1000).map_err(|e| crate::facts::to_command_error(&e))?;
-            out.extend(page.records.into_iter().map(|r| (r.kind, r.record)));
+            out.extend(page.records.into_iter().map(|r| (r.kind, r.record, r.evidence_id)));
             if !page.has_more || out.len() > 100_000 {
                 break;
             }
@@ -450,26 +453,216 @@ async fn restore(host: &Arc<ExecutionHost>, id: &str) -> Result<Value, CommandEr
         }
         Ok(out)
     })
-    .await?;
+    .await
+}
+
+fn is_terminal_record(kind: &str, r: &Value) -> bool {
+    kind == "checkpoint" && r["stepId"] == json!("terminal") && r.get("checkpointType").is_none()
+}
+
+fn action_sequence_of(r: &Value) -> Option<u64> {
+    r["actionSequence"].as_u64().or_else(|| r["actionId"].as_str().and_then(|a| a.rsplit_once(":action-")).and_then(|(_, n)| n.parse().ok()))
+}
+
+/// What the durable records say about a checkpoint resume.
+struct Resumability {
+    start: Value,
+    terminal: Option<Value>,
+    /// The last `ctx.checkpoint` (or the start checkpoint): (record, evidenceId).
+    boundary: (Value, String),
+    max_revision: u64,
+    max_action: u64,
+    /// `None` = resumable.
+    refusal: Option<CommandError>,
+}
+
+fn resumability(records: &[(String, Value, String)]) -> Resumability {
+    let start = records.iter().find(|(k, r, _)| k == "checkpoint" && r["stepId"] == json!("start")).map(|(_, r, _)| r.clone()).unwrap_or(Value::Null);
+    let terminal = records.iter().rev().find(|(k, r, _)| is_terminal_record(k, r)).map(|(_, r, _)| r.clone());
+    let boundary = records
+        .iter()
+        .rev()
+        .find(|(k, r, _)| k == "checkpoint" && (r["checkpointType"] == json!("ctx") || r["stepId"] == json!("start")))
+        .map(|(_, r, e)| (r.clone(), e.clone()))
+        .unwrap_or((Value::Null, String::new()));
+    let max_revision = records.iter().filter_map(|(_, r, _)| r["revision"].as_u64()).max().unwrap_or(1);
+    let max_action = records.iter().filter(|(k, _, _)| k == "dispatch-marker" || k == "action-receipt").filter_map(|(_, r, _)| action_sequence_of(r)).max().unwrap_or(0);
+    let policy = &start["policy"];
+    let remaining = start["startedAtMs"].as_u64().zip(policy["timeoutMs"].as_u64()).map(|(s, t)| (s + t).saturating_sub(crate::ids::now_ms())).unwrap_or(0);
+    let limit = boundary.0["actionSequence"].as_u64().unwrap_or(0);
+    let refusal = (|| {
+        if start.is_null() {
+            return Some(CommandError::new("not_resumable", "the operation has no start checkpoint"));
+        }
+        if start.get("steps").is_some() {
+            return Some(CommandError::new("script_format_removed", "step-list scripts are no longer supported"));
+        }
+        if policy["restartPolicy"] != json!("checkpoint") {
+            return Some(CommandError::new("not_resumable", "policy.restartPolicy is none"));
+        }
+        if let Some(t) = &terminal {
+            let crashed = t["status"] == json!("failed") && matches!(t["error"].as_str(), Some("child_crashed" | "runtime_lost"));
+            if !crashed {
+                return Some(CommandError::new("not_resumable", format!("the operation ended {} ({})", t["status"].as_str().unwrap_or("?"), t["error"].as_str().unwrap_or("-"))));
+            }
+        }
+        if remaining == 0 {
+            return Some(CommandError::new("not_resumable", "policy.timeoutMs has elapsed"));
+        }
+        if start["source"].as_str().is_none() {
+            return Some(CommandError::new("script_source_required", "the start checkpoint holds no frozen source"));
+        }
+        // No action past the checkpoint boundary may be repeated.
+        if let Some((_, r, _)) = records.iter().find(|(k, r, _)| (k == "action-receipt" || k == "dispatch-marker") && action_sequence_of(r).is_some_and(|n| n > limit)) {
+            return Some(
+                CommandError::new("ambiguous", format!("action `{}` happened after the last checkpoint; resuming would repeat or lose it", r["actionId"].as_str().unwrap_or("?")))
+                    .with_details(json!({"reason": "checkpoint_precedes_action", "actionId": r["actionId"], "checkpointActionSequence": limit})),
+            );
+        }
+        // Every prepared marker needs a settled receipt.
+        for (k, m, _) in records {
+            if k != "dispatch-marker" {
+                continue;
+            }
+            let receipt = records.iter().find(|(k, r, _)| k == "action-receipt" && r["actionId"] == m["actionId"]);
+            let settled = receipt.is_some_and(|(_, r, _)| r["ambiguous"] != json!(true) && r["mechanicalStatus"] != json!("unknown"));
+            if !settled {
+                return Some(
+                    CommandError::new("ambiguous", format!("the outcome of action `{}` is unknown", m["actionId"].as_str().unwrap_or("?")))
+                        .with_details(json!({"reason": "unsettled_action", "actionId": m["actionId"]})),
+                );
+            }
+        }
+        None
+    })();
+    Resumability { start, terminal, boundary, max_revision, max_action, refusal }
+}
+
+/// The durable records of an operation this runtime does not hold (e.g. after a
+/// runtime restart): terminal status if recorded, else `failed/runtime_lost`.
+async fn restore(host: &Arc<ExecutionHost>, id: &str) -> Result<Value, CommandError> {
+    let records = read_records(host, id).await?;
     if records.is_empty() {
         return Err(op_not_found(id));
     }
-    let start = records.iter().find(|(k, r)| k == "checkpoint" && r["stepId"] == json!("start")).map(|(_, r)| r.clone()).unwrap_or(Value::Null);
-    let terminal = records.iter().rev().find(|(k, r)| k == "checkpoint" && r["stepId"] == json!("terminal")).map(|(_, r)| r.clone());
-    let (status, error, result_ref) = match &terminal {
+    let r = resumability(&records);
+    let (status, error, result_ref) = match &r.terminal {
         Some(t) => (t["status"].clone(), t["error"].clone(), t.get("resultRef").cloned().unwrap_or(Value::Null)),
         None => (json!("failed"), json!("runtime_lost"), Value::Null),
     };
-    let policy = start["policy"].clone();
-    let checkpoint_policy = policy["restartPolicy"] == json!("checkpoint");
-    let remaining = start["startedAtMs"].as_u64().zip(policy["timeoutMs"].as_u64()).map(|(s, t)| (s + t).saturating_sub(crate::ids::now_ms())).unwrap_or(0);
-    let resumable = terminal.is_none() && checkpoint_policy && remaining > 0;
+    let checkpoint_policy = r.start["policy"]["restartPolicy"] == json!("checkpoint");
+    let (b, bid) = &r.boundary;
     Ok(json!({
         "ok": true, "command": "script", "operationId": id, "status": status, "pauseReason": null, "pendingQuestion": null,
-        "error": error, "hash": start["hash"], "resultRef": result_ref, "eventSequence": 0, "events": [],
-        "restored": true, "resumable": resumable, "resumeMode": if checkpoint_policy { "checkpoint" } else { "none" },
+        "error": error, "hash": r.start["hash"], "resultRef": result_ref, "eventSequence": 0, "events": [],
+        "restored": true, "resumable": r.refusal.is_none(), "resumeMode": if checkpoint_policy { "checkpoint" } else { "none" },
+        "resumeRefusal": r.refusal.as_ref().map(|e| json!({"code": e.code, "message": e.message, "details": e.details})),
+        "ambiguous": r.refusal.as_ref().is_some_and(|e| e.code == "ambiguous"),
+        "checkpoint": (!b.is_null()).then(|| json!({"name": b["stepId"], "revision": b["revision"], "actionSequence": b["actionSequence"], "evidenceId": bid})),
+        "actionSequence": r.max_action,
         "records": records.len(),
     }))
+}
+
+/// `resume` of an operation this runtime does not hold: re-run the frozen program
+/// with `ctx.resume()` = the last checkpoint's state, when no action past that
+/// checkpoint exists and every earlier action is settled.
+async fn resume_restored(host: &Arc<ExecutionHost>, id: &str, a: &Value, caller_cwd: &str) -> Result<Value, CommandError> {
+    if host.scripts.stopping.load(Ordering::SeqCst) {
+        return Err(CommandError::new("runtime_stopped", "the runtime is stopping"));
+    }
+    let records = read_records(host, id).await?;
+    if records.is_empty() {
+        return Err(op_not_found(id));
+    }
+    let r = resumability(&records);
+    if let Some(e) = r.refusal {
+        return Err(e);
+    }
+    let st = &r.start;
+    let language = match st["language"].as_str() {
+        Some("python") => Language::Python,
+        _ => Language::JavaScript,
+    };
+    let str_of = |k: &str| st[k].as_str().map(str::to_string);
+    let source = str_of("source").unwrap_or_default();
+    let target = st.get("target").cloned().unwrap_or(Value::Null);
+    let permissions: Vec<String> = st["permissions"].as_array().map(|l| l.iter().filter_map(Value::as_str).map(str::to_string).collect()).unwrap_or_default();
+    let policy = st["policy"].clone();
+    let inputs = st["inputs"].clone();
+    let entrypoint = str_of("entrypoint").unwrap_or_else(|| "main".into());
+    let cwd = str_of("cwd").unwrap_or_default();
+    let source_path = str_of("sourcePath");
+    let hash = canonical_sha256(&json!({
+        "source": source, "sourcePath": source_path, "cwd": cwd, "inputs": inputs, "policy": policy,
+        "language": language.name(), "entrypoint": entrypoint, "sdkVersion": SDK_VERSION, "target": target, "permissions": permissions,
+    }));
+    if st["hash"].as_str() != Some(hash.as_str()) {
+        return Err(CommandError::new("script_hash_mismatch", "the start checkpoint does not match its recorded hash"));
+    }
+    // A supplied script must be the same program: never blended with stored fields.
+    if a.get("script").is_some() {
+        let supplied = {
+            let a = a.clone();
+            let cwd = caller_cwd.to_string();
+            blocking(move || freeze(&a, &cwd)).await?
+        };
+        if supplied.target != target {
+            return Err(CommandError::new("script_target_mismatch", "the supplied script's target differs from the frozen one").with_field("script.target"));
+        }
+        if supplied.permissions != permissions {
+            return Err(CommandError::new("script_permissions_mismatch", "the supplied script's permissions differ from the frozen ones").with_field("script.permissions"));
+        }
+        if supplied.hash != hash {
+            return Err(CommandError::new("script_hash_mismatch", "the supplied script differs from the frozen one").with_field("script"));
+        }
+    }
+    let runtime = {
+        let python = a["pythonPath"].as_str().map(str::to_string);
+        blocking(move || resolve_runtime(language, python.as_deref())).await?
+    };
+    let num = |k: &str, d: u64| policy[k].as_u64().unwrap_or(d);
+    let timeout_ms = num("timeoutMs", 600_000);
+    let started_ms = st["startedAtMs"].as_u64().unwrap_or(0);
+    let remaining = (started_ms + timeout_ms).saturating_sub(crate::ids::now_ms());
+    let frozen = Frozen {
+        language,
+        runtime,
+        source,
+        source_path,
+        cwd: PathBuf::from(&cwd),
+        entrypoint,
+        name: str_of("name").unwrap_or_else(|| "script".into()),
+        target,
+        inputs,
+        permissions,
+        timeout_ms,
+        restart_policy: "checkpoint".into(),
+        max_output: num("maxOutputBytes", MIB) as usize,
+        max_progress: num("maxProgressBytes", MIB) as usize,
+        policy,
+        hash,
+    };
+    if !frozen.cwd.is_dir() {
+        return Err(CommandError::new("not_resumable", format!("the frozen cwd `{cwd}` is gone")));
+    }
+    let (b, bid) = r.boundary;
+    let boundary_seq = b["actionSequence"].as_u64().unwrap_or(0);
+    let revision = r.max_revision + 1;
+    let resume_state = if b["checkpointType"] == json!("ctx") { b["state"].clone() } else { Value::Null };
+    let checkpoint = (b["checkpointType"] == json!("ctx")).then(|| json!({"name": b["stepId"], "revision": b["revision"], "evidenceId": bid}));
+    // Durable before the child starts: a later loss sees this resume.
+    persist(host, id, "checkpoint", json!({"revision": revision, "stepId": "resume", "status": "running", "actionSequence": boundary_seq, "resumedFrom": bid, "resumedAtMs": crate::ids::now_ms()})).await?;
+    let mut state = State::new();
+    state.action_seq = r.max_action.max(boundary_seq);
+    state.checkpoint_revision = revision;
+    state.last_checkpoint = checkpoint.clone();
+    state.resume_state = resume_state;
+    let op = launch(host, id.to_string(), frozen, None, Duration::from_millis(remaining), started_ms, state)?;
+    op.update(|s| s.emit("resumed", json!({"restored": true, "checkpoint": checkpoint, "actionSequence": boundary_seq})));
+    let mut v = op.snapshot("resume", 0, 100);
+    v["resumedFrom"] = json!(bid);
+    Ok(v)
 }
 
 async fn restored_result(host: &Arc<ExecutionHost>, id: &str) -> Result<Value, CommandError> {
@@ -535,7 +728,8 @@ async fn supervise(host: &Arc<ExecutionHost>, op: &Arc<Op>, mut ctl_rx: mpsc::Un
         s.emit("child_started", json!({"pid": pid, "runtime": frozen.runtime.display().to_string()}));
     });
     let control = op.lock().control();
-    writer.send(json!({"type": "start", "inputs": frozen.inputs, "entrypoint": frozen.entrypoint, "control": control, "resume": Value::Null})).await;
+    let resume_state = op.lock().resume_state.clone();
+    writer.send(json!({"type": "start", "inputs": frozen.inputs, "entrypoint": frozen.entrypoint, "control": control, "resume": resume_state})).await;
 
     let mut tasks = tokio::task::JoinSet::new();
     let deadline = tokio::time::Instant::from_std(op.deadline);
@@ -650,8 +844,14 @@ async fn handle_frame(host: &Arc<ExecutionHost>, op: &Arc<Op>, writer: &Writer, 
         }
         "assert" => {
             let verdict = op.update(|s| assertion_verdict(s, &op.id, &f["assertion"]));
-            if let Some(rec) = op.recording.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
-                let _ = record_payload(host, op, rec, "script-assertion", &json!({"assertion": f["assertion"], "verdict": verdict}));
+            let failed = {
+                let mut guard = op.recording.lock().unwrap_or_else(|e| e.into_inner());
+                guard.as_mut().and_then(|rec| record_payload(host, op, rec, "script-assertion", &json!({"assertion": f["assertion"], "verdict": verdict})).err())
+            };
+            let mut verdict = verdict;
+            if let Some(e) = failed {
+                let latched = latch_recording(op, &e);
+                verdict["recordingError"] = latched;
             }
             let control = op.lock().control();
             writer.send(json!({"type": "verdict", "id": id, "value": verdict, "control": control})).await;
@@ -673,11 +873,13 @@ async fn handle_frame(host: &Arc<ExecutionHost>, op: &Arc<Op>, writer: &Writer, 
                 return Some(Terminal::failed("checkpoint_too_large", format!("checkpoint state of {bytes} bytes exceeds policy.maxOutputBytes {}", op.spec.max_output)));
             }
             let name = f["name"].as_str().filter(|n| !n.is_empty() && n.len() <= 256).unwrap_or("checkpoint").to_string();
-            let (revision, action_seq) = op.update(|s| {
+            let (revision, action_seq, inflight) = op.update(|s| {
                 s.checkpoint_revision += 1;
-                (s.checkpoint_revision, s.action_seq)
+                (s.checkpoint_revision, s.action_seq, s.inflight_mutations)
             });
-            let payload = json!({"revision": revision, "stepId": name, "status": "running", "state": state, "actionSequence": action_seq});
+            // `actionSequence` is the resume boundary: every action up to it must have a
+            // settled receipt, none after it may exist (see `resumability`).
+            let payload = json!({"revision": revision, "stepId": name, "checkpointType": "ctx", "status": "running", "state": state, "actionSequence": action_seq, "inflightMutations": inflight});
             let value = match persist(host, &op.id, "checkpoint", payload).await {
                 Ok(r) => {
                     op.update(|s| {
@@ -755,20 +957,38 @@ fn assertion_verdict(s: &mut State, op_id: &str, a: &Value) -> Value {
     let evidence = a.get("evidence").filter(|e| !e.is_null());
     let scope = a["scope"].as_str().map(str::to_string).unwrap_or_else(|| if evidence.is_some() { "device".into() } else { "code".into() });
     let condition = a.get("condition").and_then(Value::as_bool);
+    let required: Vec<&str> = match a.get("requiredEvidence") {
+        Some(Value::String(r)) => vec![r.as_str()],
+        Some(Value::Array(l)) => l.iter().filter_map(Value::as_str).collect(),
+        _ => vec![],
+    };
     let (verdict, reason): (&str, Option<&str>) = match (condition, scope.as_str()) {
         (None, _) => ("inconclusive", Some("condition_not_boolean")),
         (Some(c), "code") => (if c { "passed" } else { "failed" }, None),
+        (Some(_), _) if !matches!(a.get("requireCoverage"), None | Some(Value::Bool(true))) && a.get("requireCoverage") != Some(&json!("complete")) => {
+            // Only complete coverage can decide a device assertion; asking for less does not lower the bar.
+            ("inconclusive", Some("coverage_requirement_unsupported"))
+        }
         (Some(c), _) => match evidence {
             None => ("inconclusive", Some("evidence_required")),
+            Some(e) if !e.is_object() => ("inconclusive", Some("evidence_not_issued")),
             Some(e) => {
                 let call_id = e["callId"].as_str().unwrap_or_default();
-                match s.issued.get(call_id) {
-                    _ if e["operationId"].as_str() != Some(op_id) => ("inconclusive", Some("evidence_foreign")),
-                    None => ("inconclusive", Some("evidence_not_issued")),
-                    Some((digest, _)) if *digest != canonical_sha256(e) => ("inconclusive", Some("evidence_modified")),
-                    Some((_, window)) if *window != s.window => ("inconclusive", Some("evidence_outside_action_window")),
-                    Some(_) if e["coverage"]["status"] != json!("complete") => ("inconclusive", Some("coverage_incomplete")),
-                    Some(_) => (if c { "passed" } else { "failed" }, None),
+                let issued = s.issued.get(call_id);
+                let covers = |r: &str| e["command"].as_str() == Some(r) || e["coverage"]["scope"].as_str() == Some(r);
+                if e["issuer"] != json!("aab-host") || e["operationId"].as_str() != Some(op_id) {
+                    ("inconclusive", Some("evidence_foreign"))
+                } else {
+                    match issued {
+                        None => ("inconclusive", Some("evidence_not_issued")),
+                        Some((digest, _)) if *digest != canonical_sha256(e) => ("inconclusive", Some("evidence_modified")),
+                        Some((_, window)) if *window != s.window || e["window"].as_u64() != Some(*window) => ("inconclusive", Some("evidence_outside_action_window")),
+                        Some(_) if s.inflight_mutations > 0 => ("inconclusive", Some("mutation_in_flight")),
+                        Some(_) if s.ambiguous => ("inconclusive", Some("ambiguous_action")),
+                        Some(_) if e["coverage"]["status"] != json!("complete") => ("inconclusive", Some("coverage_incomplete")),
+                        Some(_) if !required.iter().all(|r| covers(r)) => ("inconclusive", Some("required_evidence_missing")),
+                        Some(_) => (if c { "passed" } else { "failed" }, None),
+                    }
                 }
             }
         },
@@ -859,6 +1079,10 @@ async fn ctx_call(host: &Arc<ExecutionHost>, op: &Arc<Op>, command: &str, args: 
     if op.lock().ambiguous {
         return rejection(command, &call_id, op, &CommandError::new("ambiguous", "an earlier mutation's outcome is unknown; every further call is blocked"));
     }
+    if let Some(r) = op.lock().recording_error.clone() {
+        let code = r["code"].as_str().unwrap_or("recording_failed").to_string();
+        return rejection(command, &call_id, op, &CommandError::new(code, "the recording failed earlier; every further call is refused").with_field("recordingDir").with_details(json!({"recording": r})));
+    }
     if let Err(e) = authorize(host, &op.spec.permissions, command) {
         op.update(|s| s.emit("call_failed", json!({"callId": call_id, "command": command, "error": e.code})));
         return rejection(command, &call_id, op, &e);
@@ -876,18 +1100,20 @@ async fn ctx_call(host: &Arc<ExecutionHost>, op: &Arc<Op>, command: &str, args: 
     };
     let mutation = crate::pipeline::is_mutation(validated, &Value::Object(args.clone()));
     let mut action_id: Option<String> = None;
+    let mut action_seq = 0u64;
     if mutation {
         if op.spec.target.is_null() {
             return rejection(command, &call_id, op, &CommandError::new("invalid_target", "a mutation needs script.target (the dispatch marker names it)"));
         }
-        let (aid, revision) = op.update(|s| {
+        let (aid, revision, seq) = op.update(|s| {
             s.action_seq += 1;
             s.inflight_mutations += 1;
-            (format!("{}:action-{}", op.id, s.action_seq), s.checkpoint_revision)
+            (format!("{}:action-{}", op.id, s.action_seq), s.checkpoint_revision, s.action_seq)
         });
+        action_seq = seq;
         args.entry("requestId").or_insert_with(|| json!(aid));
         let spec_hash = canonical_sha256(&json!({"command": command, "args": Value::Object(args.clone())}));
-        let marker = json!({"actionId": aid, "target": op.spec.target, "actionSpecHash": spec_hash, "planStepId": aid, "state": "prepared", "revision": revision, "command": command});
+        let marker = json!({"actionId": aid, "actionSequence": seq, "target": op.spec.target, "actionSpecHash": spec_hash, "planStepId": aid, "state": "prepared", "revision": revision, "command": command});
         if let Err(e) = persist(host, &op.id, "dispatch-marker", marker).await {
             op.update(|s| {
                 s.inflight_mutations -= 1;
@@ -923,7 +1149,7 @@ async fn ctx_call(host: &Arc<ExecutionHost>, op: &Arc<Op>, command: &str, args: 
     if let Some(aid) = &action_id {
         let revision = op.lock().checkpoint_revision;
         let receipt = json!({
-            "actionId": aid, "startedAtMs": started_ms, "completedAtMs": completed_ms,
+            "actionId": aid, "actionSequence": action_seq, "startedAtMs": started_ms, "completedAtMs": completed_ms,
             "mechanicalStatus": if ok { "ok" } else if ambiguous { "unknown" } else { "failed" },
             "error": error.as_ref().map(|e| e.code.clone()), "ambiguous": ambiguous, "dispatched": dispatched,
             "target": op.spec.target, "hostActionId": host_action, "revision": revision, "command": command,
@@ -950,17 +1176,19 @@ async fn ctx_call(host: &Arc<ExecutionHost>, op: &Arc<Op>, command: &str, args: 
     }
     let error = receipt_error.or(error);
     let ok = ok && error.is_none();
+    // Built and registered under one lock: the window in the object is the window the
+    // host checks against (a concurrent mutation cannot slip between them).
     let evidence = ok.then(|| {
-        json!({
-            "issuer": "aab-host", "operationId": op.id, "callId": call_id, "actionId": host_action, "command": command,
-            "window": op.lock().window, "resultSha256": canonical_sha256(&value), "committedAtMs": completed_ms,
-            "coverage": {"status": "complete", "scope": "call-result"},
+        op.update(|s| {
+            let e = json!({
+                "issuer": "aab-host", "operationId": op.id, "callId": call_id, "actionId": host_action, "command": command,
+                "window": s.window, "resultSha256": canonical_sha256(&value), "committedAtMs": completed_ms,
+                "coverage": {"status": "complete", "scope": "call-result"},
+            });
+            s.issue(&call_id, canonical_sha256(&e));
+            e
         })
     });
-    if let Some(e) = &evidence {
-        let digest = canonical_sha256(e);
-        op.update(|s| s.issue(&call_id, digest));
-    }
     op.update(|s| match &error {
         None => s.emit("call_completed", json!({"callId": call_id, "command": command})),
         Some(e) => s.emit("call_failed", json!({"callId": call_id, "command": command, "error": e.code, "ambiguous": e.ambiguous})),
@@ -974,13 +1202,36 @@ async fn ctx_call(host: &Arc<ExecutionHost>, op: &Arc<Op>, command: &str, args: 
         "evidence": evidence, "history": history,
         "timings": {"startedAtMs": started_ms, "durationMs": started.elapsed().as_millis() as u64},
     });
-    if let Some(rec) = op.recording.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
-        let data = json!({"command": command, "args": Value::Object(args), "envelope": envelope});
-        if let Err(e) = record_payload(host, op, rec, "script-call", &data) {
-            tracing::warn!("script recording failed: {} {}", e.code, e.message);
+    let mut envelope = envelope;
+    let failed = {
+        let mut guard = op.recording.lock().unwrap_or_else(|e| e.into_inner());
+        match guard.as_mut() {
+            Some(rec) => {
+                let data = json!({"command": command, "args": Value::Object(args), "envelope": envelope});
+                record_payload(host, op, rec, "script-call", &data).err()
+            }
+            None => None,
         }
+    };
+    if let Some(e) = failed {
+        // Latched: this call reports it (its result and dispatch facts stay), every
+        // later call is refused before dispatch.
+        let latched = latch_recording(op, &e);
+        envelope["ok"] = json!(false);
+        envelope["error"] = json!({"code": latched["code"], "message": latched["message"], "field": "recordingDir", "details": {"recording": latched, "callError": envelope["error"]}});
     }
     envelope
+}
+
+fn latch_recording(op: &Op, e: &CommandError) -> Value {
+    op.update(|s| {
+        if s.recording_error.is_none() {
+            let v = json!({"code": e.code, "message": e.message});
+            s.emit("recording_failed", json!({"error": e.code, "message": e.message}));
+            s.recording_error = Some(v);
+        }
+        s.recording_error.clone().unwrap_or(Value::Null)
+    })
 }
 
 // ------------------------------------------------------------------ terminal

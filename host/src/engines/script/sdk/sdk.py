@@ -76,7 +76,18 @@ class Context:
         return self._resume
 
 
+def _watch_parent():
+    # The host may die without closing our stdin in time (kill -9 while user code runs
+    # and never reads): exit once we are reparented.
+    parent = os.getppid()
+    while True:
+        threading.Event().wait(0.25)
+        if os.getppid() != parent:
+            os._exit(0)
+
+
 def _main():
+    threading.Thread(target=_watch_parent, name="aab-parent-watch", daemon=True).start()
     _send({"type": "ready", "sdk": "aab.script-sdk/v1", "language": "python"})
     start = _read()
     ctx = Context(start.get("inputs") or {}, start.get("resume"))
