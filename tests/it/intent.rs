@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use aab_e2e::chromium::{Chromium, Tab};
-use aab_e2e::{TestEnv, error_code, error_facts};
+use aab_e2e::{TestEnv, error_code, error_facts, flags, kebab};
 use serde_json::{Value, json};
 
 struct Web {
@@ -94,18 +94,6 @@ impl Web {
         assert_eq!((facts["dispatched"].clone(), facts["ambiguous"].clone()), (json!(false), json!(false)), "{body}");
         facts.clone()
     }
-}
-
-fn kebab(name: &str) -> String {
-    name.chars().fold(String::new(), |mut out, c| {
-        if c.is_ascii_uppercase() {
-            out.push('-');
-            out.push(c.to_ascii_lowercase());
-        } else {
-            out.push(c);
-        }
-        out
-    })
 }
 
 /// The summary node whose `id` attribute is `id`.
@@ -499,13 +487,7 @@ fn intent_decide_discovery_narrows_to_a_provider_action() {
 
 fn intent_argv(op: &str, args: &Value) -> Vec<String> {
     let mut argv = vec!["intent".to_string(), "--operation".into(), op.into()];
-    for (k, v) in args.as_object().unwrap() {
-        argv.push(format!("--{}", kebab(k)));
-        argv.push(match v {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        });
-    }
+    argv.extend(flags(args));
     argv
 }
 

@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use aab_e2e::chromium::{Chromium, Tab};
-use aab_e2e::{Run, TestEnv, error_code, error_facts};
+use aab_e2e::{Run, TestEnv, error_code, error_facts, flags};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
@@ -30,33 +30,6 @@ struct Page {
     tab: Tab,
     session_id: String,
     runtime_epoch: String,
-}
-
-fn kebab(name: &str) -> String {
-    let mut out = String::new();
-    for c in name.chars() {
-        if c.is_ascii_uppercase() {
-            out.push('-');
-            out.push(c.to_ascii_lowercase());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// `--flag value` pairs for a JSON object of arguments (strings verbatim, other
-/// values as JSON).
-fn flags(args: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    for (k, v) in args.as_object().expect("arguments object") {
-        out.push(format!("--{}", kebab(k)));
-        out.push(match v {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        });
-    }
-    out
 }
 
 impl Web {

@@ -846,3 +846,30 @@ pub fn files_named(dir: &Path, name: &str) -> Vec<PathBuf> {
 pub fn all_files(dir: &Path) -> Vec<PathBuf> {
     find_files(dir, &|_| true)
 }
+
+/// `camelCase` → `kebab-case`, the CLI flag spelling of an argument name.
+pub fn kebab(name: &str) -> String {
+    name.chars().fold(String::new(), |mut out, c| {
+        if c.is_ascii_uppercase() {
+            out.push('-');
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+        out
+    })
+}
+
+/// `--flag value` pairs for a JSON object of arguments (strings verbatim, other
+/// values as JSON), as a person would type them.
+pub fn flags(args: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for (k, v) in args.as_object().expect("arguments object") {
+        out.push(format!("--{}", kebab(k)));
+        out.push(match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        });
+    }
+    out
+}
