@@ -169,6 +169,12 @@ try:
     d = aab_dom.last['value']['dom']; info['aab_rows_default'] = {k: d.get(k) for k in ('controlCount',)} | {'described': len(d.get('controls', [])), 'truncated': aab_dom.last.get('delivery')}
     series('snapshot: 1000 rows (maxControls=1000)', 'aab', lambda i: aab_dom(i, {"maxControls": 1000}))
     d = aab_dom.last['value']['dom']; info['aab_rows_max'] = {'described': len(d.get('controls', [])), 'delivery': aab_dom.last.get('delivery')}
+    # Intent summary of the same page (issue 6 benchmark): size, nodes, truncation.
+    body, dt, n = run('intent', {"operation": "start", "goal": "Pick item 500", "target": {"platform": "web", **tgt}})
+    summ = body['value'].get('summary', {})
+    info['intent_rows_summary'] = {'startMs': round(dt, 1), 'summaryBytes': len(json.dumps(summ, separators=(',', ':')).encode()),
+                                   'nodes': len(summ.get('nodes', [])), 'truncated': summ.get('truncated'), 'reason': summ.get('reason')}
+    run('intent', {"operation": "cancel", "operationId": body['value']['operationId']})
     kill_chrome(c)
     aab.close()
 
