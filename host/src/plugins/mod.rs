@@ -147,9 +147,13 @@ impl Catalog {
             }
 
             let mut module = None;
+            let mut schemas_known_good = false;
             let manifest = match mode {
                 LoadMode::ManifestsOnly => match cache.manifest(&file, &sha).cloned() {
-                    Some(cached) => manifest_from_cache(&file, cached),
+                    Some(cached) => {
+                        schemas_known_good = cached.get("schemasCompiled") == Some(&Value::Bool(true));
+                        manifest_from_cache(&file, cached)
+                    }
                     None => {
                         let loaded = load_manifest(&file, &sha, config).map(|(m, _)| m);
                         cache.set_manifest(&file, &sha, manifest_to_cache(&loaded));
@@ -170,10 +174,16 @@ impl Catalog {
                     let duplicate_name = reports.iter().any(|r: &PluginReport| r.error.is_none() && r.manifest.as_ref().is_some_and(|m| m.name == manifest.name));
                     if duplicate_name {
                         report.error = Some(refusal("plugin_name_conflict", &file, format!("another loaded plugin is already named `{}`", manifest.name)));
-                    } else if let Err(e) = registry.add_plugin(&manifest.name, &file, &manifest) {
+                    } else if let Err(e) = registry.add_plugin_checked(&manifest.name, &file, &manifest, schemas_known_good) {
                         report.error = Some(e);
-                    } else if let Some(module) = module {
-                        modules.insert(manifest.name.clone(), module);
+                    } else {
+                        if !schemas_known_good {
+                            // Remember that these exact bytes' schemas compiled.
+                            cache.set_manifest(&file, &sha, json!({"manifest": &manifest, "schemasCompiled": true}));
+                        }
+                        if let Some(module) = module {
+                            modules.insert(manifest.name.clone(), module);
+                        }
                     }
                     report.manifest = Some(manifest);
                 }

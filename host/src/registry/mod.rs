@@ -165,6 +165,14 @@ impl Registry {
     /// Register all commands of one plugin, or none of them. Returns how many were
     /// registered.
     pub fn add_plugin(&mut self, name: &str, file: &Path, manifest: &Manifest) -> Result<usize, CommandError> {
+        self.add_plugin_checked(name, file, manifest, false)
+    }
+
+    /// [`Registry::add_plugin`] for a manifest whose schemas are known to compile
+    /// (the same file bytes compiled before — the client's manifest cache records
+    /// it): validators are then compiled lazily, on first use, so an ordinary CLI
+    /// call does not compile every schema of every plugin.
+    pub fn add_plugin_checked(&mut self, name: &str, file: &Path, manifest: &Manifest, schemas_known_good: bool) -> Result<usize, CommandError> {
         let origin = CommandOrigin::Plugin { name: name.to_string(), file: file.to_path_buf() };
         let mut staged: Vec<RegisteredCommand> = Vec::with_capacity(manifest.commands.len());
         for spec in &manifest.commands {
@@ -181,7 +189,7 @@ impl Registry {
         }
         // Compile now rather than lazily: a schema that does not compile must refuse
         // the plugin at load time, not fail a user's call later.
-        for command in &staged {
+        for command in staged.iter().filter(|_| !schemas_known_good) {
             let compiled = validate::compile(&command.input_schema);
             if let Err(reason) = &compiled {
                 return Err(manifest_invalid(file, &command.spec.command, format!("its inputSchema does not compile: {reason}")));
