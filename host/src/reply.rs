@@ -222,11 +222,10 @@ pub fn assemble_with_sink(
         }
     };
     let mut reference: Option<Value> = None;
-    if !matches!(extract, ExtractPlan::None) {
-        if let Some(v) = &value {
+    if !matches!(extract, ExtractPlan::None)
+        && let Some(v) = &value {
             reference = persist(v, &mut source);
         }
-    }
     let original_for_budget = if matches!(extract, ExtractPlan::None) { value.clone() } else { None };
     control.insert("source".into(), Value::Object(source.clone()));
 
@@ -293,14 +292,13 @@ pub fn assemble_with_sink(
     if size > max_bytes {
         body.remove("value");
         // extract:null over budget: keep the whole value behind a ref instead.
-        if reference.is_none() {
-            if let Some(v) = &original_for_budget {
+        if reference.is_none()
+            && let Some(v) = &original_for_budget {
                 reference = persist(v, &mut source);
                 if let Some(Value::Object(c)) = body.get_mut("control") {
                     c.insert("source".into(), Value::Object(source.clone()));
                 }
             }
-        }
         let status = if reference.is_some() { "reference" } else { "unavailable" };
         body.insert("delivery".into(), json!({"status": status, "limitBytes": max_bytes, "reason": "output_budget_exceeded", "attemptedBytes": size}));
         if failure_stage.is_none() {

@@ -698,7 +698,7 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
     {
         return Err(err_details(
             CommandError::new("intent_provider_mismatch", format!("the committed observation is from provider `{}`, not `{p}`", provider.provider)).with_field("decision.provider"),
-            &op,
+            op,
         ));
     }
     let mut resolved: Option<(Value, &aab_plugin_api::protocol::IntentAction)> = None;
@@ -711,10 +711,10 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
                 CommandError::new("intent_action_unsupported", format!("provider `{}` has no action `{name}`; its actions are {allowed:?}", provider.provider))
                     .with_field("decision.action.action")
                     .with_details(json!({"allowed": allowed, "provider": provider.provider})),
-                &op,
+                op,
             ));
         };
-        validate_with(&decl.schema, action, "decision.action").map_err(|e| err_details(e, &op))?;
+        validate_with(&decl.schema, action, "decision.action").map_err(|e| err_details(e, op))?;
         budget_gate(op, name).await?;
         let element = match action.get("selector") {
             Some(sel) => match provider::resolve(&provider.summarize, &observation, sel) {
@@ -722,7 +722,7 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
                 Err((why, n)) => {
                     return Err(err_details(
                         CommandError::new(if n > 1 { "intent_target_ambiguous" } else { "intent_target_not_observed" }, why).with_field("decision.action.selector"),
-                        &op,
+                        op,
                     ));
                 }
             },
@@ -752,8 +752,8 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
             drop(guard);
             op.st.lock().expect("intent state").status = "finishing".into();
             let _g = op.work.lock().await;
-            finish(&op, "blocked_evidence_store", Some(e.code.clone())).await;
-            return Err(err_details(e, &op));
+            finish(op, "blocked_evidence_store", Some(e.code.clone())).await;
+            return Err(err_details(e, op));
         }
     };
     let mut commit_ms = ms(tc.elapsed());
@@ -775,9 +775,9 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
             st.status = "finishing".into();
             st.event("terminal_decision", json!({"decisionId": decision_id, "agentDecision": agent}));
         }
-        finish(&op, status, error).await;
+        finish(op, status, error).await;
         drop(guard);
-        return Ok(snapshot(&op));
+        return Ok(snapshot(op));
     };
 
     // act: dispatch marker → provider action → receipt.
@@ -805,9 +805,9 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
         Ok((eid, _)) => eid,
         Err(e) => {
             op.st.lock().expect("intent state").status = "finishing".into();
-            finish(&op, "blocked_evidence_store", Some(e.code.clone())).await;
+            finish(op, "blocked_evidence_store", Some(e.code.clone())).await;
             drop(guard);
-            return Err(err_details(e, &op));
+            return Err(err_details(e, op));
         }
     };
     commit_ms += ms(tm.elapsed());
@@ -862,9 +862,9 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
     }
     if let Err(e) = receipt_saved {
         op.st.lock().expect("intent state").status = "finishing".into();
-        finish(&op, "blocked_evidence_store", Some(e.code.clone())).await;
+        finish(op, "blocked_evidence_store", Some(e.code.clone())).await;
         drop(guard);
-        return Err(err_details(e, &op));
+        return Err(err_details(e, op));
     }
     let stopping = { matches!(op.st.lock().expect("intent state").status.as_str(), "cancelling" | "finishing") };
     let observe_ms = match error {
@@ -879,7 +879,7 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
         None => {
             op.st.lock().expect("intent state").action_steps += 1;
             let to = Instant::now();
-            let _ = observe(host, &op).await;
+            let _ = observe(host, op).await;
             ms(to.elapsed())
         }
         Some(e) if !e.ambiguous && e.dispatched == Some(false) => {
@@ -892,7 +892,7 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
             st.event("action_failed", json!({"error": e.code, "dispatched": false}));
             drop(st);
             drop(guard);
-            return Err(err_details(e, &op));
+            return Err(err_details(e, op));
         }
         Some(e) => {
             let terminal = if e.ambiguous { "ambiguous" } else { "failed" };
@@ -906,10 +906,10 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
             // A stop requested during the action keeps its own outcome (cancelled /
             // timeout / intervention_required); `lastAction` keeps dispatched/ambiguous.
             if !stopping {
-                finish(&op, terminal, Some(e.code.clone())).await;
+                finish(op, terminal, Some(e.code.clone())).await;
             }
             drop(guard);
-            return Err(err_details(e, &op));
+            return Err(err_details(e, op));
         }
     };
     drop(guard);
@@ -921,7 +921,7 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
         st.timing("totalMs", total);
         st.timing("workerOverheadMs", total.saturating_sub(action_ms + observe_call));
     }
-    Ok(snapshot(&op))
+    Ok(snapshot(op))
 }
 
 // ------------------------------------------------------------------ autonomous mode
