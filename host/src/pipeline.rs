@@ -180,10 +180,15 @@ impl ExecutionHost {
         let command = self.catalog.registry.validate(name, &arguments)?;
         let mutation = is_mutation(command, &arguments);
         let device = if mutation { device_of(command, &arguments)? } else { None };
-        let mut deadline = Instant::now() + timeout_of(command, &arguments);
+        let now = Instant::now();
+        let mut timeout = timeout_of(command, &arguments);
+        let mut deadline = now + timeout;
         if let Some(cap) = call.deadline_cap {
-            // Nested calls can only shorten the deadline.
-            deadline = deadline.min(cap);
+            // Nested calls can only shorten the deadline (and the budget they report).
+            if cap < deadline {
+                deadline = cap;
+                timeout = cap.saturating_duration_since(now);
+            }
         }
         let admission_key = admission::admission_key(&command.spec.target_kind, &command.spec.target_key, command.spec.lane.as_deref(), &arguments);
         let request_id = arguments.get("requestId").and_then(Value::as_str).map(str::to_string);
@@ -213,7 +218,7 @@ impl ExecutionHost {
             Ok(_lane) => {
                 self.active.mark_admitted(active_id);
                 let queue_wait = started.elapsed();
-                let outcome = self.dispatch(command, name, arguments.clone(), call.cwd.clone(), deadline, &cancel, device, &action_id, call.control).await;
+                let outcome = self.dispatch(command, name, arguments.clone(), call.cwd.clone(), (timeout, deadline), &cancel, device, &action_id, call.control).await;
                 tracing::debug!(command = %name, queue_ms = queue_wait.as_millis() as u64, "settled");
                 outcome
             }
@@ -273,7 +278,7 @@ impl ExecutionHost {
         name: &str,
         arguments: Value,
         cwd: String,
-        deadline: Instant,
+        (timeout, deadline): (Duration, Instant),
         cancel: &Cancel,
         device: Option<String>,
         action_id: &str,
@@ -307,7 +312,6 @@ impl ExecutionHost {
                 }
             }
         };
-        let arguments_for_timeout = arguments.clone();
         let outcome = invoke_plugin(PluginCall {
             module,
             plugin: &plugin,
@@ -319,7 +323,7 @@ impl ExecutionHost {
             facts: self.facts.clone(),
             data_root: self.plugin_data.clone(),
             action_id: action_id.clone(),
-            timeout: timeout_of(command, &arguments_for_timeout),
+            timeout,
             deadline,
             cancel: cancel.clone(),
         })

@@ -613,3 +613,92 @@ fn script_assertions_accept_only_unchanged_current_host_evidence() {
     assert_eq!(r, expect);
     no_children(&env);
 }
+
+// ------------------------------------------------------------------ device ownership
+
+/// `device-ownership --operation status --serial SERIAL` → its value.
+fn device_status(env: &TestEnv, serial: &str) -> Value {
+    let run = env.aab(&["device-ownership", "--operation", "status", "--serial", serial]);
+    env.expect_ok(&run, "device-ownership status")["value"].clone()
+}
+
+/// A script-held sleep on `device`; `ctx.call` outcome is returned when the script survives.
+fn sleep_script(device: &str, duration_ms: u64, dispatch_first: bool) -> String {
+    format!(
+        "exports.main = async (ctx) => {{ const r = await ctx.call('fixture-sleep', {{ durationMs: {duration_ms}, dispatchFirst: {dispatch_first}, device: '{device}', tag: '{device}' }}); return [r.ok, r.error && r.error.code, r.dispatched, r.ambiguous]; }};"
+    )
+}
+
+#[test]
+fn script_device_is_released_or_stays_unresolved() {
+    let env = TestEnv::new();
+    env.install_fixtures();
+    let target = json!({"platform": "web", "sessionId": "dev-session", "runtimeEpoch": "dev-epoch"});
+
+    // (a) A completed mutation releases the device with a settlement.
+    start(&env, "dev-a", &spec("javascript", &sleep_script("script-dev-a", 10, false), json!({"target": target})));
+    let v = wait_status(&env, "dev-a", &[]);
+    assert_eq!(v["status"], json!("completed"), "{v}\n{}", env.report(None));
+    let res = script_ok(&env, &["--operation", "result", "--operation-id", "dev-a"])["result"].clone();
+    assert_eq!(res, json!([true, null, true, false]), "{res}");
+    let st = device_status(&env, "script-dev-a");
+    assert_eq!(st["phase"], json!("idle"), "{st}");
+    assert!(!st.pointer("/ownership/lastSettlement").unwrap_or(&Value::Null).is_null(), "a settled device keeps its lastSettlement: {st}");
+    println!("script-dev-a after a completed call: {st}");
+    no_children(&env);
+
+    // (b) The script times out while its mutation is dispatched: the outcome is unknown.
+    // (c) The same before the dispatch mark: known not dispatched, the device is released.
+    for (id, device, dispatch_first, phase) in [("dev-b", "script-dev-b", true, "unresolved"), ("dev-c", "script-dev-c", false, "idle")] {
+        let t0 = Instant::now();
+        start(&env, id, &spec("javascript", &sleep_script(device, 600_000, dispatch_first), json!({"target": target, "policy": {"timeoutMs": 1500}})));
+        let v = wait_status(&env, id, &[]);
+        println!("{id}: ended {} after {} ms: {v}", v["status"], t0.elapsed().as_millis());
+        assert_eq!((&v["status"], &v["error"]), (&json!("failed"), &json!("timeout")), "{id}: {v}\n{}", env.report(None));
+        assert_eq!(v["ambiguous"], json!(dispatch_first), "{id}: the operation knows whether its mutation is unresolved: {v}");
+        no_children(&env);
+        // The host's call may settle the journal a moment after the script ended.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let st = loop {
+            let st = device_status(&env, device);
+            if st["phase"] != json!("busy") && st["phase"] != json!("pending") || Instant::now() > deadline {
+                break st;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        println!("{device} after the script timeout: {st}");
+        assert_eq!(st["phase"], json!(phase), "{id}: {st}\n{}", env.report(None));
+        let run = env.aab(&["fixture-sleep", "--duration-ms", "0", "--device", device]);
+        let body = env.json_of(&run);
+        if phase == "unresolved" {
+            assert_eq!(aab_e2e::error_code(&body), Some("device_ownership_unresolved"), "{body}");
+        } else {
+            assert_eq!(body.pointer("/execution/ok"), Some(&json!(true)), "{body}");
+        }
+    }
+    no_children(&env);
+}
+
+// ------------------------------------------------------------------ throughput
+
+const JS_ECHO_RATE: &str = "exports.main = async (ctx) => { const t0 = Date.now(); for (let i = 0; i < 300; i++) { const r = await ctx.call('fixture-echo', {message: 'm' + i}); if (!r.ok) throw new Error(JSON.stringify(r.error)); } return {n: 300, ms: Date.now() - t0}; };";
+const PY_ECHO_RATE: &str = "import time\ndef main(ctx):\n    t0 = time.time()\n    for i in range(300):\n        r = ctx.call('fixture-echo', {'message': 'm%d' % i})\n        if not r['ok']:\n            raise RuntimeError(str(r['error']))\n    return {'n': 300, 'ms': int((time.time() - t0) * 1000)}\n";
+
+#[test]
+fn script_call_throughput_on_fixture_echo() {
+    let env = TestEnv::new();
+    env.install_fixtures();
+    env.aab_ok(&["runtime", "--operation", "status"]); // starts the runtime
+    for (language, source) in [("javascript", JS_ECHO_RATE), ("python", PY_ECHO_RATE)] {
+        let id = format!("echo-rate-{language}");
+        let t0 = Instant::now();
+        start(&env, &id, &spec(language, source, json!({"policy": {"timeoutMs": 120000}})));
+        let v = wait_status(&env, &id, &[]);
+        let wall = t0.elapsed().as_millis();
+        assert_eq!(v["status"], json!("completed"), "{language}: {v}\n{}", env.report(None));
+        let r = script_ok(&env, &["--operation", "result", "--operation-id", &id])["result"].clone();
+        let (n, ms) = (r["n"].as_f64().unwrap_or(0.0), r["ms"].as_f64().unwrap_or(1.0).max(1.0));
+        println!("script {language}: ctx.call fixture-echo {:.0} calls/s ({n} calls in {ms} ms in-script; {wall} ms start-to-terminal wall clock)", n * 1000.0 / ms);
+        no_children(&env);
+    }
+}
