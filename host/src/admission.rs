@@ -151,7 +151,7 @@ pub fn content_digest(command: &str, arguments: &Map<String, Value>) -> String {
     let mut args = arguments.clone();
     args.remove("requestId");
     let doc = json!({"command": command, "arguments": Value::Object(args)});
-    crate::digest::sha256_hex(crate::canonical::to_canonical_string(&doc).as_bytes())
+    crate::digest::sha256_hex(aab_facts::canonical::to_canonical_string(&doc).as_bytes())
 }
 
 impl Idempotency {

@@ -123,7 +123,7 @@ impl Config {
             "plugins": self.plugin_dir.display().to_string(),
             "environment": self.environment,
         });
-        sha256_hex(crate::canonical::to_canonical_string(&doc).as_bytes())
+        sha256_hex(aab_facts::canonical::to_canonical_string(&doc).as_bytes())
     }
 
     pub fn endpoint_path(&self) -> PathBuf {

@@ -2,7 +2,7 @@
 //! `field`, `details`, `dispatched`, `ambiguous`). Every failure leaving the host is
 //! one of these; an unknown outcome is never reported as success or as failure.
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 /// A command failure with its dispatch facts.
 #[derive(Clone, Debug, PartialEq)]
@@ -93,8 +93,3 @@ impl std::error::Error for CommandError {}
 
 /// Shorthand used across the host.
 pub type CommandResult<T> = Result<T, CommandError>;
-
-/// `json!` helper for details objects.
-pub fn details(pairs: Value) -> Value {
-    json!(pairs)
-}

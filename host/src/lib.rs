@@ -10,7 +10,6 @@
 
 pub mod admission;
 pub mod builtins;
-pub mod canonical;
 pub mod client;
 pub mod config;
 pub mod digest;

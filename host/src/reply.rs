@@ -81,11 +81,6 @@ fn base_source() -> Value {
     json!({"responseId": crate::ids::uuid_v4(), "capturedAtMs": crate::ids::now_ms(), "persisted": false, "reason": "not_requested"})
 }
 
-/// The honest history fact until the FactStore exists.
-pub fn history_unavailable() -> Value {
-    json!({"schema": "aab.command-history/v1", "status": "unavailable", "replayed": false, "reason": "fact_store_not_implemented"})
-}
-
 fn exit_code_for(stage: Option<&str>) -> i32 {
     match stage {
         None => 0,
