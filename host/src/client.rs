@@ -177,14 +177,7 @@ impl Client {
     fn send(&self, record: &EndpointRecord, frame: &RequestFrame, timeout: Option<Duration>) -> Result<ReplyFrame, CommandError> {
         let mut conn = match self.take_pooled(&record.runtime_id) {
             Some(c) => c,
-            None => {
-                let addr = SocketAddr::from(([127, 0, 0, 1], record.port));
-                let stream = TcpStream::connect_timeout(&addr, PROBE_TIMEOUT)
-                    .map_err(|e| CommandError::new("runtime_connection_lost", format!("cannot connect to the runtime on port {}: {e}", record.port)))?;
-                let _ = stream.set_nodelay(true);
-                let reader = BufReader::new(stream.try_clone().map_err(|e| CommandError::new("runtime_connection_lost", e.to_string()))?);
-                Pooled { runtime_id: record.runtime_id.clone(), stream, reader }
-            }
+            None => connect(record)?,
         };
         let _ = conn.stream.set_read_timeout(timeout);
         let mut line = serde_json::to_string(frame).expect("frame serialises");
@@ -283,11 +276,18 @@ impl Client {
 
     /// Make sure a compatible runtime is running and return its endpoint.
     fn ensure_running(&self) -> Result<EndpointRecord, CommandError> {
-        // Fast path: a published endpoint; the daemon itself checks identity on execute.
+        // Fast path: a live pooled connection to the published runtime (long-lived
+        // clients such as `aab mcp`). A fresh client probes with a short status call
+        // first: an execute may legitimately run for minutes, so only the probe can
+        // tell an unresponsive owner from a busy one.
         if let Some(record) = self.read_endpoint()?
-            && self.take_pooled(&record.runtime_id).map(|c| self.pool.lock().map(|mut p| p.push(c)).is_ok()).unwrap_or(false) {
-                return Ok(record);
+            && let Some(conn) = self.take_pooled(&record.runtime_id)
+        {
+            if let Ok(mut pool) = self.pool.lock() {
+                pool.push(conn);
             }
+            return Ok(record);
+        }
         let deadline = Instant::now() + START_TIMEOUT;
         let mut child: Option<Child> = None;
         let mut launches = 0;
@@ -408,6 +408,16 @@ impl Client {
         }
         Ok(json!({"ok": true, "command": "runtime", "status": "stopped", "runtimeId": record.runtime_id, "pid": record.pid, "facts": self.config.facts_dir.display().to_string()}))
     }
+}
+
+/// A new connection to the runtime named by `record`.
+fn connect(record: &EndpointRecord) -> Result<Pooled, CommandError> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], record.port));
+    let stream = TcpStream::connect_timeout(&addr, PROBE_TIMEOUT)
+        .map_err(|e| CommandError::new("runtime_connection_lost", format!("cannot connect to the runtime on port {}: {e}", record.port)))?;
+    let _ = stream.set_nodelay(true);
+    let reader = BufReader::new(stream.try_clone().map_err(|e| CommandError::new("runtime_connection_lost", e.to_string()))?);
+    Ok(Pooled { runtime_id: record.runtime_id.clone(), stream, reader })
 }
 
 fn reap(child: &mut Option<Child>) {

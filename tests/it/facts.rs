@@ -40,16 +40,6 @@ fn global_seq(env: &TestEnv, run: &Run) -> u64 {
     }
 }
 
-#[track_caller]
-fn executed_count(env: &TestEnv) -> u64 {
-    let run = env.aab(&["runtime", "--operation", "status"]);
-    let body = env.expect_ok(&run, "runtime status");
-    match body.pointer("/value/executed").and_then(Value::as_u64) {
-        Some(n) => n,
-        None => env.fail(&run, "runtime status must report value.executed"),
-    }
-}
-
 fn echo_with_extract(env: &TestEnv, message: &str, extract: &Value) -> Run {
     env.aab(&["fixture-echo", "--message", message, "--extract", &extract.to_string()])
 }
@@ -207,12 +197,12 @@ fn script_syntax_error_is_rejected_before_dispatch() {
     let env = fixture_env();
     let warm = env.aab(&["fixture-echo", "--message", "warm"]);
     env.expect_ok(&warm, "warm-up");
-    let before = executed_count(&env);
+    let before = env.runtime_counter("executed");
     let bad = json!({"mode": "script", "language": "javascript", "source": "function main(ctx){ return ( }"});
     let run = echo_with_extract(&env, "hi", &bad);
     let body = expect_failure(&env, &run, "extraction_syntax_error", "JS syntax error");
     env.check(body.get("failureStage") == Some(&json!("validation")), &run, "failureStage must be `validation`");
-    let after = executed_count(&env);
+    let after = env.runtime_counter("executed");
     env.check(after == before, &run, &format!("the command must not be executed (executed {before} -> {after})"));
 
     let bad_py = json!({"mode": "script", "language": "python", "source": "def main(ctx):\n  return (\n"});

@@ -114,16 +114,6 @@ fn runtime_status(env: &TestEnv) -> (Value, Run) {
     (body, run)
 }
 
-/// The daemon's `executed` counter from `aab runtime --operation status`.
-#[track_caller]
-fn executed_count(env: &TestEnv) -> u64 {
-    let (body, run) = runtime_status(env);
-    match find_key(&body, "executed").and_then(Value::as_u64) {
-        Some(n) => n,
-        None => env.fail(&run, "runtime status must include `executed` (number of commands executed)"),
-    }
-}
-
 fn append(path: &Path, bytes: &[u8]) {
     let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
     f.write_all(bytes).unwrap();
@@ -426,8 +416,8 @@ fn request_without_or_with_a_wrong_token_is_refused_and_does_nothing() {
     let wrong = if token.starts_with('0') { "1".repeat(64) } else { "0".repeat(64) };
 
     // Baseline: what reading the status alone does to the counter.
-    let c0 = executed_count(&env);
-    let c1 = executed_count(&env);
+    let c0 = env.runtime_counter("executed");
+    let c1 = env.runtime_counter("executed");
     let status_cost = c1.saturating_sub(c0);
 
     for frame in [execute_frame(Some(&wrong)), execute_frame(None)] {
@@ -438,7 +428,7 @@ fn request_without_or_with_a_wrong_token_is_refused_and_does_nothing() {
             env.report(None)
         );
     }
-    let c2 = executed_count(&env);
+    let c2 = env.runtime_counter("executed");
     assert_eq!(c2.saturating_sub(c1), status_cost, "refused requests must execute nothing (executed {c1} -> {c2})\n{}", env.report(None));
 }
 
@@ -450,8 +440,8 @@ fn raw_frame_with_the_right_token_executes() {
     env.install_fixtures();
     echo_ok(&env, "start");
     let (port, token) = endpoint_port_token(&env);
-    let c0 = executed_count(&env);
-    let c1 = executed_count(&env);
+    let c0 = env.runtime_counter("executed");
+    let c1 = env.runtime_counter("executed");
     // A well-behaved client also sends its installation identity (from the status).
     let (status, run) = runtime_status(&env);
     let Some(identity) = find_key(&status, "identity") else { env.fail(&run, "runtime status must include `identity`") };
@@ -461,7 +451,7 @@ fn raw_frame_with_the_right_token_executes() {
     assert!(!reply.contains("runtime_access_denied") && !reply.trim().is_empty(), "reply: {reply:?}\n{}", env.report(None));
     let parsed: Value = serde_json::from_str(reply.trim()).unwrap_or_else(|e| panic!("reply frame is not JSON ({e}): {reply:?}"));
     assert!(parsed.to_string().contains("sleptMs"), "the reply should carry fixture-sleep's value: {parsed}\n{}", env.report(None));
-    let c2 = executed_count(&env);
+    let c2 = env.runtime_counter("executed");
     assert!(
         c2.saturating_sub(c1) > c1.saturating_sub(c0),
         "an executed request must move `executed` ({c0}, {c1}, {c2})\n{}",

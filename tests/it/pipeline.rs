@@ -156,33 +156,12 @@ fn expect_mutation_ok(env: &TestEnv, serial: &str, what: &str) -> Value {
     body.get("value").cloned().unwrap_or(Value::Null)
 }
 
-/// The daemon's `active` count (requests being executed or queued).
-#[track_caller]
-fn active_requests(env: &TestEnv) -> u64 {
-    let run = env.aab(&["runtime", "--operation", "status"]);
-    let body = env.expect_ok(&run, "runtime status");
-    match body.pointer("/value/active").and_then(Value::as_u64) {
-        Some(n) => n,
-        None => env.fail(&run, "runtime status must report value.active"),
-    }
-}
-
-#[track_caller]
-fn executed_count(env: &TestEnv) -> u64 {
-    let run = env.aab(&["runtime", "--operation", "status"]);
-    let body = env.expect_ok(&run, "runtime status");
-    match body.pointer("/value/executed").and_then(Value::as_u64) {
-        Some(n) => n,
-        None => env.fail(&run, "runtime status must report value.executed"),
-    }
-}
-
 /// Wait until at least `n` requests are inside the daemon, then a little longer so
 /// the last one has certainly registered and queued (no wall-clock assertion).
 #[track_caller]
 fn wait_active(env: &TestEnv, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while active_requests(env) < n {
+    while env.runtime_counter("active") < n {
         if Instant::now() > deadline {
             panic!("the runtime never had {n} active requests\n{}", env.report(None));
         }
@@ -614,7 +593,7 @@ fn many_clients_on_lanes(clients: usize, per_client: usize, lanes: usize, device
     let env = TestEnv::new();
     env.install_fixtures();
     runtime_start(&env);
-    let executed_before = executed_count(&env);
+    let executed_before = env.runtime_counter("executed");
 
     let barrier = Barrier::new(clients + 1);
     let env_ref = &env;
@@ -699,7 +678,7 @@ fn many_clients_on_lanes(clients: usize, per_client: usize, lanes: usize, device
         let expected: Vec<u64> = (1..=n).collect();
         assert!(*seqs == expected, "lane {lane}: laneSeq values must be exactly 1..{n} without duplicates or gaps");
     }
-    let executed = executed_count(&env) - executed_before;
+    let executed = env.runtime_counter("executed") - executed_before;
     assert_eq!(executed, total as u64, "the runtime executed exactly {total} commands\n{}", env.report(None));
     if device_per_lane {
         for l in 0..lanes {

@@ -408,6 +408,18 @@ impl TestEnv {
         }
     }
 
+    /// A counter of the running daemon's `runtime --operation status` (`executed`:
+    /// requests the daemon executed, `active`: requests inside it right now).
+    #[track_caller]
+    pub fn runtime_counter(&self, name: &str) -> u64 {
+        let run = self.aab(&["runtime", "--operation", "status"]);
+        let body = self.expect_ok(&run, "runtime status");
+        match body.get("value").and_then(|v| v.get(name)).and_then(Value::as_u64) {
+            Some(n) => n,
+            None => self.fail(&run, &format!("runtime status must report value.{name}")),
+        }
+    }
+
     /// The run must exit 0 with `execution.ok:true`; returns the reply body.
     #[track_caller]
     pub fn expect_ok(&self, run: &Run, what: &str) -> Value {

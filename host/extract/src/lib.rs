@@ -194,6 +194,11 @@ pub struct PreparedScript {
 }
 
 impl PreparedScript {
+    /// One worker run of this script (the syntax check or the extraction itself).
+    fn job<'a>(&'a self, request: &'a [u8], deadline: Instant) -> worker::Job<'a> {
+        worker::Job { language: self.language, runtime: &self.runtime, source: &self.source, request, deadline, temp_dir: self.temp_dir.as_deref() }
+    }
+
     pub fn language(&self) -> Language {
         self.language
     }
@@ -404,15 +409,7 @@ pub fn run_timed(prepared: &PreparedScript, inputs: &Value) -> Extraction {
         Ok(request) => request,
         Err(e) => return finish(Err(e), Timings::default()),
     };
-    let job = worker::Job {
-        language: prepared.language,
-        runtime: &prepared.runtime,
-        source: &prepared.source,
-        request: &request,
-        deadline,
-        temp_dir: prepared.temp_dir.as_deref(),
-    };
-    match worker::run(&job) {
+    match worker::run(&prepared.job(&request, deadline)) {
         Err(e) => finish(Err(e), Timings::default()),
         Ok(report) => {
             let timings = report.timings;
@@ -451,15 +448,7 @@ impl Drop for Slot {
 fn syntax_check(prepared: &PreparedScript) -> Result<Value, ExtractError> {
     let request = frame::check_request(&prepared.source_name);
     let deadline = Instant::now() + Duration::from_millis(CHECK_TIMEOUT_MS);
-    let job = worker::Job {
-        language: prepared.language,
-        runtime: &prepared.runtime,
-        source: &prepared.source,
-        request: &request,
-        deadline,
-        temp_dir: prepared.temp_dir.as_deref(),
-    };
-    let report = worker::run(&job)?;
+    let report = worker::run(&prepared.job(&request, deadline))?;
     interpret(
         report,
         Mode::Check {
