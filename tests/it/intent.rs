@@ -6,51 +6,36 @@
 
 use std::time::Duration;
 
-use aab_e2e::chromium::{Chromium, Tab};
+use aab_e2e::web::{SamplePage as Page, SampleWeb};
 use aab_e2e::{TestEnv, error_code, error_facts, flags, kebab};
 use serde_json::{Value, json};
 
-struct Web {
-    env: TestEnv,
-    chrome: Chromium,
-    base: String,
-    endpoint: String,
-    token: String,
+/// The shared sample-app world plus this suite's Intent helpers.
+struct Web(SampleWeb);
+
+impl std::ops::Deref for Web {
+    type Target = SampleWeb;
+    fn deref(&self) -> &SampleWeb {
+        &self.0
+    }
 }
 
-struct Page {
-    tab: Tab,
-    session_id: String,
-    runtime_epoch: String,
+impl std::ops::DerefMut for Web {
+    fn deref_mut(&mut self) -> &mut SampleWeb {
+        &mut self.0
+    }
 }
 
 impl Web {
     fn start() -> Web {
-        let env = TestEnv::new();
-        env.install_plugin("aab_plugin_web", "web");
-        let chrome = Chromium::launch();
-        let started = env.aab_ok(&["web-session-start", "--web-port", "0", "--sample-app", "true"]);
-        let v = &started["value"];
-        Web {
-            base: format!("http://127.0.0.1:{}", v["port"].as_u64().expect("port")),
-            endpoint: v["endpoint"].as_str().expect("endpoint").to_string(),
-            token: v["token"].as_str().expect("token").to_string(),
-            env,
-            chrome,
-        }
+        Web(SampleWeb::start())
     }
 
     fn open(&mut self, page: &str) -> Page {
-        let url = format!("{}/sample/{page}#endpoint={}&token={}", self.base, self.endpoint, self.token);
-        let tab = self.chrome.open(&url);
-        let ids = self.chrome.wait_for(
-            &tab,
-            "window.sampleApp && sampleApp.bridge.transportStatus().connected && [sampleApp.bridge.sessionId, sampleApp.bridge.runtimeEpoch]",
-            Duration::from_secs(20),
-        );
+        let opened = self.0.open_connected(page, None);
         // Count every click the page sees (capture phase), independently of the SDK.
-        self.chrome.eval(&tab, "window.__clicks = 0; document.addEventListener('click', function () { window.__clicks++; }, true); true");
-        Page { tab, session_id: ids[0].as_str().unwrap().to_string(), runtime_epoch: ids[1].as_str().unwrap().to_string() }
+        self.chrome.eval(&opened.tab, "window.__clicks = 0; document.addEventListener('click', function () { window.__clicks++; }, true); true");
+        opened
     }
 
     fn target(&self, p: &Page) -> Value {

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use aab_e2e::TestEnv;
-use aab_e2e::chromium::Chromium;
+use aab_e2e::web::SampleWeb;
 use serde_json::{Value, json};
 
 fn spec(language: &str, source: &str, extra: Value) -> Value {
@@ -272,33 +272,27 @@ const PY_RATE: &str = "import time\ndef main(ctx):\n    t0 = time.time(); n = 0\
 
 #[test]
 fn script_web_flow_same_outcome_in_javascript_and_python() {
-    let env = TestEnv::new();
-    env.install_plugin("aab_plugin_web", "web");
-    let mut chrome = Chromium::launch();
-    let started = env.aab_ok(&["web-session-start", "--web-port", "0", "--sample-app", "true"]);
-    let v = &started["value"];
-    let base = format!("http://127.0.0.1:{}", v["port"]);
-    let (endpoint, token) = (v["endpoint"].as_str().unwrap().to_string(), v["token"].as_str().unwrap().to_string());
+    let mut web = SampleWeb::start();
     let mut outcomes = Vec::new();
     for (language, source, rate) in [("javascript", JS_FLOW, JS_RATE), ("python", PY_FLOW, PY_RATE)] {
-        let tab = chrome.open(&format!("{base}/sample/form.html#endpoint={endpoint}&token={token}"));
-        let ids = chrome.wait_for(&tab, "window.sampleApp && sampleApp.bridge.transportStatus().connected && [sampleApp.bridge.sessionId, sampleApp.bridge.runtimeEpoch]", Duration::from_secs(20));
-        let target = json!({"platform": "web", "sessionId": ids[0], "runtimeEpoch": ids[1]});
+        let page = web.open_connected("form.html", None);
+        let (env, chrome, tab) = (&web.env, &mut web.chrome, &page.tab);
+        let target = json!({"platform": "web", "sessionId": page.session_id, "runtimeEpoch": page.runtime_epoch});
         let id = format!("flow-{language}");
         let t0 = Instant::now();
-        start(&env, &id, &spec(language, source, json!({"target": target, "inputs": {"name": "Ada Lovelace", "email": "ada@example.org"}})));
-        let v = wait_status(&env, &id, &[]);
+        start(env, &id, &spec(language, source, json!({"target": target, "inputs": {"name": "Ada Lovelace", "email": "ada@example.org"}})));
+        let v = wait_status(env, &id, &[]);
         assert_eq!(v["status"], json!("completed"), "{language}: {v}\n{}", env.report(None));
-        let all = script_ok(&env, &["--operation", "status", "--operation-id", &id, "--after-sequence", "0", "--event-limit", "1000"]);
+        let all = script_ok(env, &["--operation", "status", "--operation-id", &id, "--after-sequence", "0", "--event-limit", "1000"]);
         let first_call = all["events"].as_array().and_then(|e| e.iter().find(|e| e["type"] == json!("call_started"))).and_then(|e| e["atMs"].as_u64());
         let started_at = all["events"].as_array().and_then(|e| e.iter().find(|e| e["type"] == json!("script_started"))).and_then(|e| e["atMs"].as_u64());
         if let (Some(a), Some(b)) = (first_call, started_at) {
             println!("script {language}: start-to-first-call latency {} ms (flow total {} ms)", a.saturating_sub(b), t0.elapsed().as_millis());
         }
-        let r = script_ok(&env, &["--operation", "result", "--operation-id", &id]);
+        let r = script_ok(env, &["--operation", "result", "--operation-id", &id]);
         outcomes.push(r["result"].clone());
         // The page's server really received the submission.
-        let subs = chrome.eval(&tab, "fetch('/sample/api/submissions').then(r => r.json())");
+        let subs = chrome.eval(tab, "fetch('/sample/api/submissions').then(r => r.json())");
         assert!(subs.to_string().contains("ada@example.org"), "{subs}");
         let out = env.root.join(format!("archive-{language}"));
         let exported = env.aab_ok(&["evidence", "--operation", "export", "--namespace", "script", "--operation-id", &id, "--output-dir", out.to_str().unwrap()]);
@@ -309,14 +303,14 @@ fn script_web_flow_same_outcome_in_javascript_and_python() {
         println!("script {language}: archive of {counts} records verified");
 
         let rid = format!("rate-{language}");
-        start(&env, &rid, &spec(language, rate, json!({"target": target})));
-        let v = wait_status(&env, &rid, &[]);
+        start(env, &rid, &spec(language, rate, json!({"target": target})));
+        let v = wait_status(env, &rid, &[]);
         assert_eq!(v["status"], json!("completed"), "{v}");
-        let r = script_ok(&env, &["--operation", "result", "--operation-id", &rid])["result"].clone();
+        let r = script_ok(env, &["--operation", "result", "--operation-id", &rid])["result"].clone();
         let (n, ms) = (r["n"].as_f64().unwrap_or(0.0), r["ms"].as_f64().unwrap_or(1.0));
         println!("script {language}: ctx.call web-status {:.0} calls/s ({n} calls in {ms} ms)", n * 1000.0 / ms);
-        chrome.close(&tab);
-        no_children(&env);
+        chrome.close(tab);
+        no_children(env);
     }
     assert_eq!(outcomes[0], outcomes[1], "JavaScript and Python give the same business outcome");
     assert_eq!(outcomes[0], json!({"saved": true, "verdicts": ["passed", "inconclusive", "inconclusive"]}));

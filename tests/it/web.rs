@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use aab_e2e::chromium::{Chromium, Tab};
+use aab_e2e::web::{SamplePage as Page, SampleWeb};
 use aab_e2e::{Run, TestEnv, error_code, error_facts, flags};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
@@ -17,36 +17,25 @@ use tokio_tungstenite::tungstenite::Message;
 
 // ------------------------------------------------------------------ harness
 
-struct Web {
-    env: TestEnv,
-    chrome: Chromium,
-    /// `http://127.0.0.1:<port>`
-    base: String,
-    endpoint: String,
-    token: String,
+/// The shared sample-app world plus this suite's command helpers.
+struct Web(SampleWeb);
+
+impl std::ops::Deref for Web {
+    type Target = SampleWeb;
+    fn deref(&self) -> &SampleWeb {
+        &self.0
+    }
 }
 
-struct Page {
-    tab: Tab,
-    session_id: String,
-    runtime_epoch: String,
+impl std::ops::DerefMut for Web {
+    fn deref_mut(&mut self) -> &mut SampleWeb {
+        &mut self.0
+    }
 }
 
 impl Web {
     fn start() -> Web {
-        let env = TestEnv::new();
-        env.install_plugin("aab_plugin_web", "web");
-        let chrome = Chromium::launch();
-        let started = env.aab_ok(&["web-session-start", "--web-port", "0", "--sample-app", "true"]);
-        let v = &started["value"];
-        let port = v["port"].as_u64().expect("port");
-        Web {
-            base: format!("http://127.0.0.1:{port}"),
-            endpoint: v["endpoint"].as_str().expect("endpoint").to_string(),
-            token: v["token"].as_str().expect("token").to_string(),
-            env,
-            chrome,
-        }
+        Web(SampleWeb::start())
     }
 
     /// `aab COMMAND --flags…`; returns the body and the run.
@@ -81,32 +70,17 @@ impl Web {
         facts
     }
 
-    fn page_url(&self, page: &str, session: Option<&str>) -> String {
-        let mut url = format!("{}/sample/{page}#endpoint={}&token={}", self.base, self.endpoint, self.token);
-        if let Some(s) = session {
-            url.push_str(&format!("&session={s}"));
-        }
-        url
-    }
-
     /// Open a sample page and wait until its SDK is connected (seen from the page
     /// and from `web-sessions`).
     fn open(&mut self, page: &str, session: Option<&str>) -> Page {
-        let url = self.page_url(page, session);
-        let tab = self.chrome.open(&url);
-        let ids = self.chrome.wait_for(
-            &tab,
-            "window.sampleApp && sampleApp.bridge.transportStatus().connected && [sampleApp.bridge.sessionId, sampleApp.bridge.runtimeEpoch]",
-            Duration::from_secs(20),
-        );
-        let session_id = ids[0].as_str().expect("sessionId").to_string();
-        let runtime_epoch = ids[1].as_str().expect("runtimeEpoch").to_string();
+        let opened = self.0.open_connected(page, session);
+        let (session_id, runtime_epoch) = (opened.session_id.clone(), opened.runtime_epoch.clone());
         let listed = self.ok("web-sessions", json!({}));
         let found = listed["sessions"].as_array().into_iter().flatten().any(|s| {
             s["sessionId"] == json!(session_id) && s["runtimeEpoch"] == json!(runtime_epoch) && s["connected"] == json!(true)
         });
         assert!(found, "web-sessions does not list the connected page {session_id}/{runtime_epoch}: {listed}\n{}", self.env.report(None));
-        Page { tab, session_id, runtime_epoch }
+        opened
     }
 
     fn target(&self, page: &Page) -> Value {
@@ -529,7 +503,7 @@ fn web_closed_tab_leaves_action_unresolved_until_reconcile() {
     let page = w.open("form.html", Some(session));
     let args = w.args(&page, json!({"name": "action", "arguments": {"name": "slowSave", "arguments": {"delayMs": 8000}}, "timeoutMs": 20000}));
     let status_args = w.args(&page, json!({"operation": "status"}));
-    let (env, chrome) = (&w.env, &mut w.chrome);
+    let (env, chrome) = (&w.0.env, &mut w.0.chrome);
     let (body, run) = std::thread::scope(|scope| {
         let pending = scope.spawn(|| run_env(env, "web-command", args.clone(), &[]));
         // Close the tab while the app action runs.
