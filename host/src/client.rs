@@ -3,8 +3,13 @@
 //! starts the shared runtime, checks identity, sends the request with the caller's
 //! cwd and returns the public reply. It never retries a request that may have
 //! reached the runtime.
+//!
+//! It trusts an endpoint record only while the owner lock is held (a dead owner's
+//! record is stale, whoever answers on its port) and only after the peer proved
+//! knowledge of the token in the handshake (`runtime::protocol`): nothing — not the
+//! token, a command, arguments or the cwd — is sent to an unproven peer.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -24,7 +29,7 @@ use crate::registry::request::parse_public_request;
 use crate::runtime::endpoint::{self, EndpointRecord};
 use crate::runtime::identity::identity;
 use crate::runtime::lock;
-use crate::runtime::protocol::{Identity, PROTOCOL, ReplyFrame, RequestFrame};
+use crate::runtime::protocol::{Challenge, ClientProof, Hello, Identity, MAX_HANDSHAKE_BYTES, PROTOCOL, ReplyFrame, RequestFrame, Side, is_nonce, nonce, proof, token_matches};
 
 /// A public reply ready for an adapter: the compact body and the CLI exit code
 /// (0 delivered, 1 validation/execution failure, 2 extraction/delivery failure).
@@ -37,6 +42,9 @@ pub struct PublicReply {
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 const PROBE_TIMEOUT: Duration = Duration::from_millis(1500);
 const STOP_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long `runtime status` waits for an owner to republish a missing record (it
+/// checks every 250 ms).
+const ENDPOINT_REPAIR_PATIENCE: Duration = Duration::from_millis(1500);
 
 struct Pooled {
     runtime_id: String,
@@ -111,7 +119,7 @@ impl Client {
                 "status" => self.runtime_status(),
                 "stop" => self.runtime_stop(),
                 // Cancel reaches only a running runtime; it never starts one.
-                "cancel" => match self.probe() {
+                "cancel" => match self.probe_settled(ENDPOINT_REPAIR_PATIENCE) {
                     Ok(Probe::Running(..)) => {
                         return match self.execute(request, cwd) {
                             Ok(reply) => reply,
@@ -158,7 +166,6 @@ impl Client {
         let record = self.ensure_running()?;
         let frame = RequestFrame {
             protocol: PROTOCOL.into(),
-            token: record.token.clone(),
             method: "execute".into(),
             identity: Some(self.identity.clone()),
             request: Some(request.clone()),
@@ -214,6 +221,15 @@ impl Client {
             }
         })?;
         let _ = conn.stream.set_read_timeout(None);
+        // The handshake proved the peer; a reply naming another runtime is a bug or
+        // a confused peer, never something to print as a result.
+        if reply.runtime_id.as_deref().is_some_and(|id| id != record.runtime_id) {
+            return Err(if frame.method == "execute" {
+                CommandError::ambiguous("runtime_protocol_error", "reply frame from another runtime")
+            } else {
+                CommandError::new("runtime_protocol_error", "reply frame from another runtime")
+            });
+        }
         if let Ok(mut pool) = self.pool.lock()
             && pool.len() < 8 {
                 pool.push(conn);
@@ -250,22 +266,29 @@ impl Client {
     }
 
     fn status_frame(&self, record: &EndpointRecord) -> RequestFrame {
-        RequestFrame { protocol: PROTOCOL.into(), token: record.token.clone(), method: "status".into(), identity: None, request: None, cwd: None }
+        let _ = record;
+        RequestFrame { protocol: PROTOCOL.into(), method: "status".into(), identity: None, request: None, cwd: None }
     }
 
     fn probe(&self) -> Result<Probe, CommandError> {
-        let record = self.read_endpoint()?;
+        // The lock decides whether a record can be live at all: with no owner, any
+        // record is stale (and a bad or unreadable one is replaced by the next start).
+        if !lock::is_held(&self.config.lock_path())? {
+            return Ok(Probe::Stopped);
+        }
+        // An unreadable record under a held lock is being repaired by its owner.
+        let Ok(record) = self.read_endpoint() else { return Ok(Probe::Starting) };
         if let Some(record) = &record {
             match self.send(record, &self.status_frame(record), Some(PROBE_TIMEOUT)) {
                 Ok(reply) => return Ok(Probe::Running(record.clone(), reply.reply.unwrap_or(Value::Null))),
+                // A peer that cannot prove the token is not our runtime: the record is
+                // stale while a new owner starts (or is about to be repaired).
+                Err(e) if e.code == "runtime_authentication_failed" => return Ok(Probe::Starting),
                 Err(e) if e.code == "runtime_access_denied" => return Err(e),
                 Err(_) => {}
             }
         }
-        if !self.config.runtime_dir.join("owner.sqlite").exists() {
-            return Ok(Probe::Stopped);
-        }
-        if lock::is_free(&self.config.lock_path())? {
+        if !lock::is_held(&self.config.lock_path())? {
             return Ok(Probe::Stopped);
         }
         Ok(match record {
@@ -280,7 +303,7 @@ impl Client {
         // clients such as `aab mcp`). A fresh client probes with a short status call
         // first: an execute may legitimately run for minutes, so only the probe can
         // tell an unresponsive owner from a busy one.
-        if let Some(record) = self.read_endpoint()?
+        if let Ok(Some(record)) = self.read_endpoint()
             && let Some(conn) = self.take_pooled(&record.runtime_id)
         {
             if let Ok(mut pool) = self.pool.lock() {
@@ -331,7 +354,7 @@ impl Client {
     }
 
     fn start_failed(&self, what: &str) -> CommandError {
-        let log = std::fs::read_to_string(self.config.log_path()).unwrap_or_default();
+        let log = crate::fsread::tail_lossy(&self.config.log_path(), 16 * 1024);
         let tail: Vec<&str> = log.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect();
         CommandError::new("runtime_start_failed", format!("{what}; see {}", self.config.log_path().display())).with_details(json!({"logTail": tail}))
     }
@@ -367,8 +390,22 @@ impl Client {
         cmd.spawn().map_err(|e| CommandError::new("runtime_start_failed", format!("cannot start the runtime: {e}")))
     }
 
+    /// Probe, waiting up to `patience` while the lock is held but no record answers
+    /// yet (a starting runtime, or a live one whose deleted or replaced record its
+    /// owner is about to repair).
+    fn probe_settled(&self, patience: Duration) -> Result<Probe, CommandError> {
+        let deadline = Instant::now() + patience;
+        loop {
+            let probe = self.probe()?;
+            if !matches!(probe, Probe::Starting) || Instant::now() > deadline {
+                return Ok(probe);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn runtime_status(&self) -> Result<Value, CommandError> {
-        match self.probe()? {
+        match self.probe_settled(ENDPOINT_REPAIR_PATIENCE)? {
             Probe::Running(_, mut status) => {
                 let compatible = status.get("identity").map(|id| {
                     id.get("code").and_then(Value::as_str) == Some(&self.identity.code) && id.get("config").and_then(Value::as_str) == Some(&self.identity.config)
@@ -386,7 +423,7 @@ impl Client {
 
     /// Ask the runtime to stop and wait until it released ownership.
     fn runtime_stop(&self) -> Result<Value, CommandError> {
-        let record = match self.probe()? {
+        let record = match self.probe_settled(START_TIMEOUT)? {
             Probe::Running(record, _) => record,
             Probe::Stopped => return Ok(json!({"ok": true, "command": "runtime", "status": "stopped", "facts": self.config.facts_dir.display().to_string()})),
             Probe::Starting => return Err(CommandError::new("runtime_starting", "a runtime is starting; retry stop in a moment")),
@@ -394,13 +431,13 @@ impl Client {
                 return Err(CommandError::new("runtime_unresponsive", format!("the runtime (pid {}) holds the owner lock but does not answer", record.pid)));
             }
         };
-        let frame = RequestFrame { protocol: PROTOCOL.into(), token: record.token.clone(), method: "stop".into(), identity: None, request: None, cwd: None };
+        let frame = RequestFrame { protocol: PROTOCOL.into(), method: "stop".into(), identity: None, request: None, cwd: None };
         self.send(&record, &frame, Some(PROBE_TIMEOUT))?;
         if let Ok(mut pool) = self.pool.lock() {
             pool.clear();
         }
         let deadline = Instant::now() + STOP_TIMEOUT;
-        while !lock::is_free(&self.config.lock_path())? {
+        while lock::is_held(&self.config.lock_path())? {
             if Instant::now() > deadline {
                 return Err(CommandError::new("runtime_stop_timeout", "the runtime did not finish draining in time; it keeps running"));
             }
@@ -410,13 +447,49 @@ impl Client {
     }
 }
 
-/// A new connection to the runtime named by `record`.
+/// A new, mutually authenticated connection to the runtime named by `record`.
+/// Everything before the client's proof is `dispatched:false`: no request left.
 fn connect(record: &EndpointRecord) -> Result<Pooled, CommandError> {
     let addr = SocketAddr::from(([127, 0, 0, 1], record.port));
     let stream = TcpStream::connect_timeout(&addr, PROBE_TIMEOUT)
         .map_err(|e| CommandError::new("runtime_connection_lost", format!("cannot connect to the runtime on port {}: {e}", record.port)))?;
     let _ = stream.set_nodelay(true);
-    let reader = BufReader::new(stream.try_clone().map_err(|e| CommandError::new("runtime_connection_lost", e.to_string()))?);
+    let mut reader = BufReader::new(stream.try_clone().map_err(|e| CommandError::new("runtime_connection_lost", e.to_string()))?);
+    let mut stream = stream;
+    let lost = |e: std::io::Error| CommandError::new("runtime_connection_lost", format!("runtime handshake failed: {e}"));
+    let _ = stream.set_read_timeout(Some(PROBE_TIMEOUT));
+    let client_nonce = nonce();
+    let mut hello = serde_json::to_string(&Hello { protocol: PROTOCOL.into(), hello: client_nonce.clone() }).expect("hello serialises");
+    hello.push('\n');
+    stream.write_all(hello.as_bytes()).map_err(lost)?;
+    // A bounded read: an impostor cannot make the client buffer more than a few KiB.
+    let mut line = Vec::new();
+    (&mut reader).take(MAX_HANDSHAKE_BYTES as u64 + 1).read_until(b'\n', &mut line).map_err(lost)?;
+    let untrusted = |why: &str| {
+        CommandError::new(
+            "runtime_authentication_failed",
+            format!("the process on port {} did not prove it is the runtime ({why}); nothing was sent to it", record.port),
+        )
+        .with_details(json!({"port": record.port}))
+    };
+    let challenge: Challenge = match serde_json::from_slice(&line) {
+        Ok(c) => c,
+        Err(_) if line.is_empty() => return Err(CommandError::new("runtime_connection_lost", "the runtime closed the connection during the handshake")),
+        Err(_) => {
+            // An older or foreign peer may answer with an error frame; never trust it.
+            return Err(untrusted("no valid challenge"));
+        }
+    };
+    if challenge.protocol != PROTOCOL || !is_nonce(&challenge.challenge) {
+        return Err(untrusted("wrong protocol or nonce"));
+    }
+    if !token_matches(&proof(&record.token, Side::Runtime, &client_nonce, &challenge.challenge), &challenge.proof) {
+        return Err(untrusted("wrong proof"));
+    }
+    let mut mine = serde_json::to_string(&ClientProof { protocol: PROTOCOL.into(), proof: proof(&record.token, Side::Client, &client_nonce, &challenge.challenge) }).expect("proof serialises");
+    mine.push('\n');
+    stream.write_all(mine.as_bytes()).map_err(lost)?;
+    let _ = stream.set_read_timeout(None);
     Ok(Pooled { runtime_id: record.runtime_id.clone(), stream, reader })
 }
 

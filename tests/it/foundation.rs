@@ -2,8 +2,7 @@
 //! authentication and code fingerprint, argument validation and the MCP adapter —
 //! all through real `aab` processes and the fixture plugins.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
@@ -117,45 +116,6 @@ fn runtime_status(env: &TestEnv) -> (Value, Run) {
 fn append(path: &Path, bytes: &[u8]) {
     let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
     f.write_all(bytes).unwrap();
-}
-
-/// One raw newline-delimited frame to the runtime's loopback port; returns the reply line.
-fn raw_frame(env: &TestEnv, port: u16, frame: &Value) -> String {
-    let mut stream =
-        TcpStream::connect(("127.0.0.1", port)).unwrap_or_else(|e| panic!("connect 127.0.0.1:{port}: {e}\n{}", env.report(None)));
-    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    stream.write_all(format!("{frame}\n").as_bytes()).unwrap();
-    stream.flush().unwrap();
-    let mut line = String::new();
-    let read = BufReader::new(&stream).read_line(&mut line);
-    if let Err(e) = read {
-        panic!("no reply frame to {frame}: {e}\n{}", env.report(None));
-    }
-    line
-}
-
-fn endpoint_port_token(env: &TestEnv) -> (u16, String) {
-    let ep = env.endpoint().unwrap_or_else(|| panic!("no endpoint.json while the runtime should run\n{}", env.report(None)));
-    let port = ep.get("port").and_then(Value::as_u64).and_then(|p| u16::try_from(p).ok());
-    let token = ep.get("token").and_then(Value::as_str);
-    match (port, token) {
-        (Some(p), Some(t)) => (p, t.to_string()),
-        _ => panic!("endpoint.json lacks port/token: {ep}\n{}", env.report(None)),
-    }
-}
-
-/// The execute frame of the access tests: with `token` (when given) and no identity.
-fn execute_frame(token: Option<&str>) -> Value {
-    let mut frame = json!({
-        "protocol": "aab.runtime/v1",
-        "method": "execute",
-        "request": {"command": "fixture-sleep", "arguments": {"durationMs": 1}, "extract": null},
-        "cwd": "/",
-    });
-    if let Some(t) = token {
-        frame["token"] = json!(t);
-    }
-    frame
 }
 
 // ------------------------------------------------------------------ plugins
@@ -407,57 +367,7 @@ fn changed_plugin_file_gives_runtime_code_mismatch_until_restart() {
     assert_ne!(new_pid, pid, "the call after stop must start a new runtime\n{}", env.report(None));
 }
 
-#[test]
-fn request_without_or_with_a_wrong_token_is_refused_and_does_nothing() {
-    let env = TestEnv::new();
-    env.install_fixtures();
-    echo_ok(&env, "start");
-    let (port, token) = endpoint_port_token(&env);
-    let wrong = if token.starts_with('0') { "1".repeat(64) } else { "0".repeat(64) };
-
-    // Baseline: what reading the status alone does to the counter.
-    let c0 = env.runtime_counter("executed");
-    let c1 = env.runtime_counter("executed");
-    let status_cost = c1.saturating_sub(c0);
-
-    for frame in [execute_frame(Some(&wrong)), execute_frame(None)] {
-        let reply = raw_frame(&env, port, &frame);
-        assert!(
-            reply.contains("runtime_access_denied"),
-            "frame {frame} must be refused with runtime_access_denied; reply: {reply:?}\n{}",
-            env.report(None)
-        );
-    }
-    let c2 = env.runtime_counter("executed");
-    assert_eq!(c2.saturating_sub(c1), status_cost, "refused requests must execute nothing (executed {c1} -> {c2})\n{}", env.report(None));
-}
-
-#[test]
-fn raw_frame_with_the_right_token_executes() {
-    // Positive control for the access test: the same frame with the endpoint's token
-    // is executed and moves the `executed` counter.
-    let env = TestEnv::new();
-    env.install_fixtures();
-    echo_ok(&env, "start");
-    let (port, token) = endpoint_port_token(&env);
-    let c0 = env.runtime_counter("executed");
-    let c1 = env.runtime_counter("executed");
-    // A well-behaved client also sends its installation identity (from the status).
-    let (status, run) = runtime_status(&env);
-    let Some(identity) = find_key(&status, "identity") else { env.fail(&run, "runtime status must include `identity`") };
-    let mut frame = execute_frame(Some(&token));
-    frame["identity"] = json!({"code": identity["code"], "config": identity["config"]});
-    let reply = raw_frame(&env, port, &frame);
-    assert!(!reply.contains("runtime_access_denied") && !reply.trim().is_empty(), "reply: {reply:?}\n{}", env.report(None));
-    let parsed: Value = serde_json::from_str(reply.trim()).unwrap_or_else(|e| panic!("reply frame is not JSON ({e}): {reply:?}"));
-    assert!(parsed.to_string().contains("sleptMs"), "the reply should carry fixture-sleep's value: {parsed}\n{}", env.report(None));
-    let c2 = env.runtime_counter("executed");
-    assert!(
-        c2.saturating_sub(c1) > c1.saturating_sub(c0),
-        "an executed request must move `executed` ({c0}, {c1}, {c2})\n{}",
-        env.report(None)
-    );
-}
+// The runtime RPC access tests (handshake, refusals, impostors) live in `trust.rs`.
 
 // ------------------------------------------------------------------ validation
 

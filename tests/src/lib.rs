@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 pub mod chromium;
+pub mod runtime_wire;
 pub mod web;
 
 /// Environment variable names the host reads (kept from the original contract).

@@ -10,7 +10,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::CommandError;
 
-pub const PROTOCOL: &str = "aab.runtime/v1";
+/// v2: connections are mutually authenticated by a challenge/response handshake
+/// before any request is sent (see `protocol`).
+pub const PROTOCOL: &str = "aab.runtime/v2";
 const MAX_RECORD_BYTES: u64 = 16_384;
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -37,19 +39,12 @@ pub fn write(path: &Path, record: &EndpointRecord) -> std::io::Result<()> {
 }
 
 /// `Ok(None)` when there is no record; `runtime_endpoint_invalid` for a record that
-/// is too large, malformed, of another protocol or for another FactStore.
+/// is not a small regular file (FIFO, device, symlink: refused without blocking),
+/// malformed, of another protocol or for another FactStore.
 pub fn read(path: &Path, facts: &str) -> Result<Option<EndpointRecord>, CommandError> {
-    let meta = match std::fs::metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(CommandError::new("runtime_endpoint_invalid", format!("cannot read {}: {e}", path.display()))),
-    };
-    if meta.len() > MAX_RECORD_BYTES {
-        return Err(CommandError::new("runtime_endpoint_invalid", format!("{} is larger than {MAX_RECORD_BYTES} bytes", path.display())));
-    }
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+    let bytes = match crate::fsread::read_regular_bounded(path, MAX_RECORD_BYTES) {
+        Ok(Some(b)) => b,
+        Ok(None) => return Ok(None),
         Err(e) => return Err(CommandError::new("runtime_endpoint_invalid", format!("cannot read {}: {e}", path.display()))),
     };
     let record: EndpointRecord =
@@ -62,4 +57,10 @@ pub fn read(path: &Path, facts: &str) -> Result<Option<EndpointRecord>, CommandE
         return Err(CommandError::new("runtime_endpoint_invalid", format!("{} belongs to FactStore {}, not {facts}", path.display(), record.facts)));
     }
     Ok(Some(record))
+}
+
+/// True when `path` holds exactly `record` as a regular file (the owner's repair
+/// check: anything else — missing, replaced, a FIFO — is rewritten).
+pub fn is_intact(path: &Path, record: &EndpointRecord) -> bool {
+    matches!(crate::fsread::read_regular_bounded(path, MAX_RECORD_BYTES), Ok(Some(bytes)) if serde_json::from_slice::<EndpointRecord>(&bytes).ok().as_ref() == Some(record))
 }
