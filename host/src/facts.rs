@@ -30,53 +30,86 @@ pub fn to_command_error(e: &FactError) -> CommandError {
     err
 }
 
-/// The runtime's FactStore, or why there is none.
+/// The runtime's FactStore, or why there is none. Cloning shares one handle.
+///
+/// A store that failed to open (a foreign `writer.lock` holder, a full disk,
+/// read-only `-wal`/`-shm` files) is tried again — at most once per
+/// [`REOPEN_INTERVAL`] and only when something needs it — so the runtime recovers
+/// once the fault clears instead of running without a store for good.
 #[derive(Clone)]
-pub enum Facts {
+pub struct Facts {
+    inner: Arc<FactsInner>,
+}
+
+struct FactsInner {
+    dir: std::path::PathBuf,
+    profile: String,
+    state: std::sync::Mutex<State>,
+}
+
+#[derive(Clone)]
+enum State {
     Open(Arc<FactStore>),
     Disabled,
-    Failed(FactError),
+    Failed { error: FactError, at: std::time::Instant },
+}
+
+/// Shortest time between two attempts to reopen a failed store.
+pub const REOPEN_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+fn try_open(dir: &Path, profile: &str) -> State {
+    let profile = match Profile::parse(profile) {
+        Ok(p) => p,
+        Err(e) => return State::Failed { error: e, at: std::time::Instant::now() },
+    };
+    match FactStore::open(dir, profile) {
+        Ok(store) => State::Open(Arc::new(store)),
+        Err(e) => {
+            tracing::error!("FactStore {} unavailable: {} {}", dir.display(), e.code, e.message);
+            State::Failed { error: e, at: std::time::Instant::now() }
+        }
+    }
 }
 
 impl Facts {
     pub fn open(dir: &Path, profile: &str) -> Facts {
-        if cache_disabled() {
-            return Facts::Disabled;
-        }
-        let profile = match Profile::parse(profile) {
-            Ok(p) => p,
-            Err(e) => return Facts::Failed(e),
-        };
-        match FactStore::open(dir, profile) {
-            Ok(store) => Facts::Open(Arc::new(store)),
-            Err(e) => {
-                tracing::error!("FactStore {} unavailable: {} {}", dir.display(), e.code, e.message);
-                Facts::Failed(e)
-            }
-        }
+        let state = if cache_disabled() { State::Disabled } else { try_open(dir, profile) };
+        Facts { inner: Arc::new(FactsInner { dir: dir.to_path_buf(), profile: profile.to_string(), state: std::sync::Mutex::new(state) }) }
     }
 
-    pub fn store(&self) -> Result<&Arc<FactStore>, CommandError> {
-        match self {
-            Facts::Open(s) => Ok(s),
-            Facts::Disabled => Err(CommandError::new("fact_cache_disabled", "the FactStore is disabled (AI_APP_BRIDGE_FACT_CACHE=off)")),
-            Facts::Failed(e) => Err(to_command_error(e)),
+    /// The open store; a failed one is retried when the last attempt is old enough.
+    pub fn store(&self) -> Result<Arc<FactStore>, CommandError> {
+        let mut state = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let State::Failed { at, .. } = &*state
+            && at.elapsed() >= REOPEN_INTERVAL
+        {
+            *state = try_open(&self.inner.dir, &self.inner.profile);
+            if matches!(&*state, State::Open(_)) {
+                tracing::info!("FactStore {} reopened", self.inner.dir.display());
+            }
+        }
+        match &*state {
+            State::Open(s) => Ok(s.clone()),
+            State::Disabled => Err(CommandError::new("fact_cache_disabled", "the FactStore is disabled (AI_APP_BRIDGE_FACT_CACHE=off)")),
+            State::Failed { error, .. } => Err(to_command_error(error)),
         }
     }
 
     /// `control.history` for one ordinary command (blocking: Sync durability).
     pub fn record_history(&self, target_key: &str, action_id: &str, execution: &Value) -> Value {
-        match self {
-            Facts::Disabled => aab_facts::history::HistoryRecorder::disabled(action_id),
-            Facts::Failed(e) => aab_facts::history::HistoryRecorder::unavailable(action_id, e),
-            Facts::Open(store) => aab_facts::history::HistoryRecorder::new().record(store, target_key, action_id, execution, &[]),
+        let _ = self.store();
+        let state = self.inner.state.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        match state {
+            State::Disabled => aab_facts::history::HistoryRecorder::disabled(action_id),
+            State::Failed { error, .. } => aab_facts::history::HistoryRecorder::unavailable(action_id, &error),
+            State::Open(store) => aab_facts::history::HistoryRecorder::new().record(&store, target_key, action_id, execution, &[]),
         }
     }
 
     /// Persist a response snapshot; returns the ref JSON.
     pub fn save_snapshot(&self, response_id: &str, snapshot: &Value) -> Result<Value, CommandError> {
         let store = self.store()?;
-        aab_facts::response::save_snapshot(store, response_id, snapshot, Durability::Sync).map(|r| r.to_json()).map_err(|e| to_command_error(&e))
+        aab_facts::response::save_snapshot(&store, response_id, snapshot, Durability::Sync).map(|r| r.to_json()).map_err(|e| to_command_error(&e))
     }
 
     /// Host services for plugins: `facts.append` / `facts.read`. Provider streams
@@ -125,7 +158,7 @@ impl Facts {
     pub fn export(&self, namespace: &str, operation_id: &str, output_dir: &Path, include_payloads: bool) -> Result<Value, CommandError> {
         let store = self.store()?;
         let ns = Namespace::parse(namespace).map_err(|e| to_command_error(&e).with_field("namespace"))?;
-        let report = aab_facts::archive::export(store, ns, operation_id, output_dir, include_payloads).map_err(|e| to_command_error(&e))?;
+        let report = aab_facts::archive::export(&store, ns, operation_id, output_dir, include_payloads).map_err(|e| to_command_error(&e))?;
         let mut v = report.to_json();
         if let Value::Object(m) = &mut v {
             m.insert("ok".into(), json!(true));
@@ -138,7 +171,7 @@ impl Facts {
     /// `response --operation read`: the stored snapshot behind an unchanged ref.
     pub fn read_snapshot(&self, reference: &Value) -> Result<aab_facts::response::SavedResponse, CommandError> {
         let store = self.store()?;
-        aab_facts::response::read_snapshot(store, reference).map_err(|e| to_command_error(&e))
+        aab_facts::response::read_snapshot(&store, reference).map_err(|e| to_command_error(&e))
     }
 }
 

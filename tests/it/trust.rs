@@ -371,3 +371,233 @@ fn fifo_device_or_symlink_as_endpoint_record_never_hangs_a_client() {
     let body = env.json_of(&run);
     assert!(error_code(&body).is_none(), "{body}");
 }
+
+fn history_status(body: &Value) -> (Option<String>, Option<String>) {
+    let h = body.pointer("/control/history");
+    let status = h.and_then(|h| h.get("status")).and_then(Value::as_str).map(str::to_string);
+    let error = h.and_then(|h| h.pointer("/action/error")).and_then(Value::as_str).map(str::to_string);
+    (status, error)
+}
+
+/// Wait until an `aab fixture-echo` reports its history stored (the runtime retries
+/// a failed store at most once a second, when a command needs it).
+fn echo_until_stored(env: &TestEnv, what: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let body = echo(env, what);
+        if history_status(&body).0.as_deref() == Some("stored") {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "the FactStore never came back: {body}\n{}", env.report(None));
+        thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[test]
+fn a_factstore_held_by_a_foreign_writer_is_reopened_once_it_is_released() {
+    let env = TestEnv::new();
+    env.install_fixtures();
+    std::fs::set_permissions(&env.facts, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let lock = env.facts.join("writer.lock");
+    let script = format!(
+        "import sqlite3,sys\nc=sqlite3.connect({:?},isolation_level=None)\nc.execute('BEGIN EXCLUSIVE')\nprint('held',flush=True)\nsys.stdin.read()\n",
+        lock.display().to_string()
+    );
+    let mut holder = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(holder.stdout.as_mut().unwrap()), &mut line).unwrap();
+    assert_eq!(line.trim(), "held");
+
+    let body = echo(&env, "while held");
+    let (status, error) = history_status(&body);
+    assert_eq!(status.as_deref(), Some("unavailable"), "history while a foreign writer holds the store: {body}");
+    assert_eq!(error.as_deref(), Some("fact_store_writer_busy"), "{body}");
+    let pid = endpoint(&env).3;
+
+    drop(holder.stdin.take());
+    holder.wait().unwrap();
+    let body = echo_until_stored(&env, "after release");
+    assert!(body.pointer("/control/history/action/globalSeq").and_then(Value::as_u64).is_some(), "a stored record has a sequence: {body}");
+    assert_eq!(endpoint(&env).3, pid, "the same runtime recovered its store (no restart)\n{}", env.report(None));
+}
+
+#[test]
+fn read_only_wal_files_never_crash_the_runtime_and_the_store_recovers() {
+    let env = TestEnv::new();
+    env.install_fixtures();
+    echo(&env, "create the store");
+    let pid = endpoint(&env).3;
+    kill9(&env, pid);
+    let sidecars: Vec<_> = ["facts.sqlite-wal", "facts.sqlite-shm"].iter().map(|n| env.facts.join(n)).filter(|p| p.exists()).collect();
+    assert!(!sidecars.is_empty(), "a killed writer leaves its WAL files\n{}", env.report(None));
+    // Truncate the shared-memory file and make both immutable (read-only even for
+    // root): the layout that made SQLite fault when it mapped the file read-only.
+    let shm = env.facts.join("facts.sqlite-shm");
+    if shm.exists() {
+        std::fs::OpenOptions::new().write(true).open(&shm).unwrap().set_len(100).unwrap();
+    }
+    let chattr = |flag: &str| std::process::Command::new("chattr").arg(flag).args(&sidecars).status().map(|s| s.success()).unwrap_or(false);
+    if !chattr("+i") {
+        eprintln!("chattr +i is not available on this filesystem; checking recovery only");
+    }
+    let body = echo(&env, "read-only wal");
+    let new_pid = endpoint(&env).3;
+    let (status, _) = history_status(&body);
+    chattr("-i");
+    assert!(process_alive(new_pid), "the runtime must survive read-only WAL files\n{}", env.report(None));
+    assert!(status.is_some(), "history must report a status: {body}");
+    echo_until_stored(&env, "writable again");
+    assert_eq!(endpoint(&env).3, new_pid, "the same runtime recovered its store\n{}", env.report(None));
+}
+
+// ------------------------------------------------------------ hostile frames
+
+/// Every reply line a peer got, until the runtime closed the connection (or a
+/// bounded wait ran out, which the caller treats as a failure).
+fn replies_until_close(conn: &mut Conn) -> Result<Vec<String>, String> {
+    let mut lines = Vec::new();
+    loop {
+        match conn.read_line() {
+            Ok(l) if l.is_empty() => return Ok(lines),
+            Ok(l) => lines.push(l),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return Ok(lines),
+            Err(e) => return Err(format!("connection neither answered nor closed: {e}; got {lines:?}")),
+        }
+        if lines.len() > 4 {
+            return Err(format!("too many replies to one hostile input: {lines:?}"));
+        }
+    }
+}
+
+/// Pre-authentication: arbitrary bytes get at most a refusal (or a challenge that
+/// names nothing), never the runtime's identity, and the connection is closed.
+fn check_unauthenticated(port: u16, runtime_id: &str, bytes: &[u8]) -> Result<(), String> {
+    let mut conn = Conn::connect(port).map_err(|e| e.to_string())?;
+    let _ = conn.stream.write_all(bytes);
+    let _ = conn.stream.shutdown(std::net::Shutdown::Write);
+    let lines = replies_until_close(&mut conn)?;
+    for l in &lines {
+        if l.contains(runtime_id) || l.contains("runtimeId") {
+            return Err(format!("an unauthenticated peer learned the runtime identity: {l:?}"));
+        }
+        let v: Value = serde_json::from_str(l.trim()).map_err(|e| format!("reply is not JSON ({e}): {l:?}"))?;
+        let known = v.get("challenge").is_some() || matches!(v.pointer("/error/error").and_then(Value::as_str), Some("runtime_access_denied" | "runtime_protocol_error"));
+        if !known {
+            return Err(format!("unexpected reply to an unauthenticated peer: {v}"));
+        }
+    }
+    Ok(())
+}
+
+/// After authentication: every line gets one contract error frame (or a reply),
+/// never a crash; refusals close the connection.
+fn check_authenticated(port: u16, token: &str, line: &[u8]) -> Result<(), String> {
+    let mut conn = Conn::authenticated(port, token)?;
+    let _ = conn.stream.write_all(line);
+    if !line.ends_with(b"\n") {
+        let _ = conn.stream.write_all(b"\n");
+    }
+    let _ = conn.stream.shutdown(std::net::Shutdown::Write);
+    let lines = replies_until_close(&mut conn)?;
+    for l in &lines {
+        let v: Value = serde_json::from_str(l.trim()).map_err(|e| format!("reply is not JSON ({e}): {l:?}"))?;
+        if v.get("ok") == Some(&json!(false)) {
+            let code = v.pointer("/error/error").and_then(Value::as_str).unwrap_or("");
+            if !code.starts_with("runtime_") && !code.starts_with("invalid_") {
+                return Err(format!("unexpected error code for a malformed frame: {v}"));
+            }
+            if v.pointer("/error/dispatched") == Some(&json!(true)) {
+                return Err(format!("a malformed frame was dispatched: {v}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn json_value() -> impl proptest::strategy::Strategy<Value = Value> {
+    use proptest::prelude::*;
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|n| json!(n)),
+        "[a-z\\-]{0,12}".prop_map(Value::String),
+        any::<String>().prop_map(Value::String),
+    ];
+    leaf.prop_recursive(4, 32, 6, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            proptest::collection::btree_map("[a-zA-Z]{1,10}", inner, 0..6).prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+#[test]
+fn hostile_runtime_frames_are_refused_without_harm() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+
+    let env = TestEnv::new();
+    env.install_fixtures();
+    echo(&env, "start");
+    let (port, token, runtime_id, pid) = endpoint(&env);
+    let executed_before = env.runtime_counter("executed");
+
+    // The regression corpus: inputs that once broke (or could break) the listener.
+    let corpus_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/runtime-frames");
+    let mut corpus: Vec<_> = std::fs::read_dir(&corpus_dir).expect("corpus dir").flatten().map(|e| e.path()).collect();
+    corpus.sort();
+    assert!(corpus.len() >= 8, "the runtime-frame corpus is missing files in {}", corpus_dir.display());
+    for path in &corpus {
+        let bytes = std::fs::read(path).unwrap();
+        check_unauthenticated(port, &runtime_id, &bytes).unwrap_or_else(|e| panic!("{} (unauthenticated): {e}\n{}", path.display(), env.report(None)));
+        check_authenticated(port, &token, &bytes).unwrap_or_else(|e| panic!("{} (authenticated): {e}\n{}", path.display(), env.report(None)));
+    }
+
+    let cases: u32 = std::env::var("AAB_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48);
+    let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
+    let raw = proptest::collection::vec(any::<u8>(), 0..6000);
+    runner
+        .run(&raw, |bytes| {
+            check_unauthenticated(port, &runtime_id, &bytes).map_err(TestCaseError::fail)?;
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("unauthenticated raw bytes: {e}\n{}", env.report(None)));
+    let hello_then = ("[0-9a-f]{64}", proptest::collection::vec(any::<u8>(), 0..300));
+    runner
+        .run(&hello_then, |(nonce, tail)| {
+            let mut bytes = json!({"protocol": PROTOCOL, "hello": nonce}).to_string().into_bytes();
+            bytes.push(b'\n');
+            bytes.extend_from_slice(&tail);
+            check_unauthenticated(port, &runtime_id, &bytes).map_err(TestCaseError::fail)?;
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("hello then garbage: {e}\n{}", env.report(None)));
+    let frames = (prop_oneof![Just("status".to_string()), Just("execute".to_string()), "[a-z]{0,8}".prop_filter("never stop", |m| m != "stop")], json_value(), json_value());
+    runner
+        .run(&frames, |(method, request, cwd)| {
+            // Never `stop`: the runtime must keep serving the rest of the run.
+            let frame = json!({"protocol": PROTOCOL, "method": method, "request": request, "cwd": cwd, "identity": {"code": "x", "config": "y"}});
+            check_authenticated(port, &token, frame.to_string().as_bytes()).map_err(TestCaseError::fail)?;
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("authenticated frames: {e}\n{}", env.report(None)));
+    runner
+        .run(&json_value(), |value| {
+            check_authenticated(port, &token, value.to_string().as_bytes()).map_err(TestCaseError::fail)?;
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("authenticated JSON values: {e}\n{}", env.report(None)));
+
+    assert!(process_alive(pid), "the runtime died under hostile frames\n{}", env.report(None));
+    assert_eq!(endpoint(&env).3, pid, "the same runtime must still serve\n{}", env.report(None));
+    // Only the status probes of this test ran; no hostile frame executed a command.
+    let executed_after = env.runtime_counter("executed");
+    assert!(executed_after <= executed_before + 2, "hostile frames executed commands ({executed_before} -> {executed_after})\n{}", env.report(None));
+    echo(&env, "after the storm");
+}

@@ -311,6 +311,7 @@ impl FactStore {
         fsutil::prepare_store_dir(dir, true, true)?;
         let lock = acquire_writer_lock(dir)?;
         let facts = dir.join(FACTS_FILE);
+        check_sidecars_writable(&facts)?;
         let marker = read_marker(dir)?;
         let existing_len = match std::fs::symlink_metadata(&facts) {
             Ok(m) if !m.is_file() => return Err(FactError::new("fact_store_corrupt", format!("{} is not a regular file", facts.display()))),
@@ -888,6 +889,37 @@ fn evict(tx: &Connection, st: &mut StreamState, quota: &Quota, newest: u64) -> R
         }
     }
     Ok(evicted)
+}
+
+/// A writer needs its `-wal` and `-shm` files writable: SQLite falls back to a
+/// read-only shared-memory mapping otherwise, and a truncated read-only `-shm`
+/// then faults (SIGBUS) instead of failing. Refuse such a store up front; the host
+/// retries the open later, once the files are fixed. `faccessat` opens nothing, so
+/// no POSIX lock of another connection to these files can be dropped.
+fn check_sidecars_writable(facts: &Path) -> Result<(), FactError> {
+    use std::os::unix::ffi::OsStrExt;
+    for suffix in ["-wal", "-shm"] {
+        let mut name = facts.as_os_str().to_os_string();
+        name.push(suffix);
+        let path = std::path::PathBuf::from(name);
+        let meta = match std::fs::symlink_metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(FactError::io("fact_store_unavailable", "cannot inspect the store's WAL files", e)),
+        };
+        if !meta.is_file() {
+            return Err(FactError::new("fact_store_corrupt", format!("{} is not a regular file", path.display())));
+        }
+        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| FactError::new("fact_store_unavailable", "store path contains NUL"))?;
+        // SAFETY: valid NUL-terminated path; faccessat has no other preconditions.
+        let rc = unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::R_OK | libc::W_OK, libc::AT_EACCESS | libc::AT_SYMLINK_NOFOLLOW) };
+        if rc != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(FactError::new("fact_store_unavailable", format!("{} is not writable ({e}); the store stays closed until it is", path.display()))
+                .with_details(json!({ "path": path.display().to_string() })));
+        }
+    }
+    Ok(())
 }
 
 fn acquire_writer_lock(dir: &Path) -> Result<Connection, FactError> {

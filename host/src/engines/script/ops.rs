@@ -947,7 +947,7 @@ fn record_payload(host: &Arc<ExecutionHost>, op: &Op, rec: &mut aab_facts::recor
     let revision = op.lock().checkpoint_revision;
     let target = (!op.spec.target.is_null()).then_some(&op.spec.target);
     let call = aab_facts::recording::RecordedCall { sequence: seq, revision, kind, target, data, screenshots: &[], parent_fact_id: None };
-    rec.record(store, &call).map(|_| ()).map_err(|e| crate::facts::to_command_error(&e))
+    rec.record(&store, &call).map(|_| ()).map_err(|e| crate::facts::to_command_error(&e))
 }
 
 // ------------------------------------------------------------------ assertions
