@@ -9,4 +9,5 @@ mod intent;
 mod pipeline;
 mod plugin_sdk;
 mod script;
+mod torture;
 mod web;
