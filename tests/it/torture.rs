@@ -32,7 +32,7 @@
 //!    reached its mark and one whose effect completed are released.
 //!
 //! Reproduce a failure with the printed seed: `AAB_TORTURE_SEED=<n>` (and
-//! `AAB_TORTURE_ROUNDS=<n>`, default 8). Timing still varies between runs; the seed
+//! `AAB_TORTURE_ROUNDS=<n>`, default 6). Timing still varies between runs; the seed
 //! fixes every random choice of the test itself.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use aab_e2e::{Run, TestEnv, error_code, error_facts, process_alive, wait_for_exit};
 use serde_json::{Value, json};
 
-const DEFAULT_ROUNDS: u64 = 8;
+const DEFAULT_ROUNDS: u64 = 6;
 const CLIENTS: usize = 5;
 const LANES: usize = 3;
 const DEVICES_PER_LANE: usize = 2;
@@ -94,13 +94,22 @@ struct Req {
     device: String,
     mark_after_ms: u64,
     duration_ms: u64,
+    /// The effect completes (receipt) but the reply never comes: the kill is certain
+    /// to land between the effect and the settlement of this action.
+    lose_reply: bool,
 }
 
 impl Req {
     fn run(&self, env: &TestEnv) -> Run {
         let (mark, duration) = (self.mark_after_ms.to_string(), self.duration_ms.to_string());
+        let lose = if self.lose_reply { "true" } else { "false" };
+        // A lost reply waits for its deadline; a short one bounds how long it can hold
+        // its lane on a runtime a late client started after the kill.
+        let timeout = if self.lose_reply { "1000" } else { "30000" };
         env.aab(&[
             "fixture-sleep",
+            "--lose-reply",
+            lose,
             "--mark-after-ms",
             &mark,
             "--duration-ms",
@@ -114,7 +123,7 @@ impl Req {
             "--request-id",
             &self.rid,
             "--timeout-ms",
-            "30000",
+            timeout,
         ])
     }
 }
@@ -214,12 +223,22 @@ fn pending_of(bytes: &Option<Vec<u8>>) -> Option<String> {
     j.pointer("/pending/actionId").and_then(Value::as_str).map(str::to_string)
 }
 
-#[track_caller]
-fn phase_of(env: &TestEnv, serial: &str) -> (String, Value) {
-    let run = env.aab(&["device-ownership", "--operation", "status", "--serial", serial]);
-    let body = env.expect_ok(&run, "device-ownership status");
-    let phase = body.pointer("/value/phase").and_then(Value::as_str).unwrap_or_default().to_string();
-    (phase, body)
+/// `device-ownership status` of every device (concurrently) → (phase, reply).
+fn phases(env: &TestEnv, devices: &[(String, String)]) -> Vec<(String, Value)> {
+    thread::scope(|s| {
+        let handles: Vec<_> = devices
+            .iter()
+            .map(|(_, serial)| {
+                s.spawn(move || {
+                    let run = env.aab(&["device-ownership", "--operation", "status", "--serial", serial]);
+                    let body = env.expect_ok(&run, "device-ownership status");
+                    let phase = body.pointer("/value/phase").and_then(Value::as_str).unwrap_or_default().to_string();
+                    (phase, body)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
 }
 
 #[track_caller]
@@ -265,7 +284,8 @@ struct Tally {
     pending_before_mark: usize,
     after_mark: usize,
     effect_done_unsettled: usize,
-    settled_reply_lost: usize,
+    /// Runtimes a client started after the kill (it raced the SIGKILL).
+    late_runtimes: usize,
     reissued: usize,
     reissue_refused: usize,
     left_unresolved: usize,
@@ -308,6 +328,7 @@ fn round(env: &TestEnv, round: u64, rng: &mut Rng, log_path: &Path, receipts: &P
                         device,
                         mark_after_ms: if rng.chance(30) { 0 } else { rng.range(1, 60) },
                         duration_ms: rng.range(0, 60),
+                        lose_reply: rng.chance(6),
                     };
                     let twice_at_once = rng.chance(15);
                     let again_after = rng.chance(10);
@@ -359,17 +380,18 @@ fn round(env: &TestEnv, round: u64, rng: &mut Rng, log_path: &Path, receipts: &P
             (true, true) => tally.effect_done_unsettled += 1,
         }
     }
-    let pending_actions: HashSet<&str> = pending_at_kill.values().map(String::as_str).collect();
-    tally.settled_reply_lost +=
-        log.iter().filter(|d| d.epoch == epoch && !pending_actions.contains(d.action.as_str()) && !acked.contains(d.action.as_str())).count();
     let dispatched_rids: HashSet<&str> = log.iter().filter(|d| d.epoch == epoch).filter_map(|d| d.rid.as_deref()).collect();
     let unacked: Vec<&Sent> = round_sent.iter().filter(|s| s.ack == Ack::Unknown).collect();
     tally.before_pending += unacked.iter().filter(|s| !dispatched_rids.contains(s.req.rid.as_str())).count();
 
-    // A new runtime; nothing is replayed and every kept pending action is unresolved.
+    // The restart: a client that raced the SIGKILL may already have started a new
+    // runtime (as happens in practice); otherwise start one. Either way nothing is
+    // replayed and every kept pending action is unresolved.
+    if env.runtime_pid().is_some_and(process_alive) {
+        tally.late_runtimes += 1;
+    }
     env.aab_ok(&["runtime", "--operation", "start"]);
-    for (_, device) in &devices {
-        let (phase, body) = phase_of(env, device);
+    for ((_, device), (phase, body)) in devices.iter().zip(phases(env, &devices)) {
         let expected = if pending_at_kill.contains_key(device) { "unresolved" } else { "idle" };
         assert_eq!(
             phase,
@@ -386,10 +408,18 @@ fn round(env: &TestEnv, round: u64, rng: &mut Rng, log_path: &Path, receipts: &P
     let acked_rids: HashSet<&str> = round_sent.iter().filter(|s| s.ack != Ack::Unknown).map(|s| s.req.rid.as_str()).collect();
     let mut reissue: Vec<Req> = Vec::new();
     for s in &unacked {
+        // A lost-reply request that ran now would end ambiguous at its deadline and
+        // leave a new unresolved device: it is re-issued only where it must be refused.
+        let would_run = !pending_at_kill.contains_key(&s.req.device);
+        if s.req.lose_reply && would_run {
+            continue;
+        }
         if !acked_rids.contains(s.req.rid.as_str()) && !reissue.iter().any(|r| r.rid == s.req.rid) {
             reissue.push(s.req.clone());
         }
     }
+    let dispatches_of = |rid: &str| dispatch_log(log_path).iter().filter(|d| d.rid.as_deref() == Some(rid)).count();
+    let before: HashMap<String, usize> = reissue.iter().map(|r| (r.rid.clone(), dispatches_of(&r.rid))).collect();
     let reissued: Vec<Sent> = thread::scope(|s| {
         let handles: Vec<_> = reissue.iter().map(|req| s.spawn(move || Sent::new(env, req, "reissue", &req.run(env)))).collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
@@ -398,9 +428,13 @@ fn round(env: &TestEnv, round: u64, rng: &mut Rng, log_path: &Path, receipts: &P
         tally.reissued += 1;
         if pending_at_kill.contains_key(&s.req.device) {
             tally.reissue_refused += 1;
+            // Refused before dispatch — or, on a runtime a late client started, the
+            // reuse of that runtime's own unknown outcome for this requestId.
+            let refused = s.ack == Ack::NotDispatched && error_code(&s.body) == Some("device_ownership_unresolved");
+            let reused_unknown = s.ack == Ack::Unknown && s.body.pointer("/control/idempotency/reused") == Some(&json!(true));
             assert!(
-                s.ack == Ack::NotDispatched && error_code(&s.body) == Some("device_ownership_unresolved"),
-                "round {round}: a re-issue on an unresolved device must be refused before dispatch:\n{}\n{}",
+                (refused || reused_unknown) && dispatches_of(&s.req.rid) == before[&s.req.rid],
+                "round {round}: a re-issue on an unresolved device must not dispatch:\n{}\n{}",
                 s.describe(),
                 env.report(None)
             );
@@ -445,8 +479,7 @@ fn round(env: &TestEnv, round: u64, rng: &mut Rng, log_path: &Path, receipts: &P
             );
         }
     }
-    for (_, device) in &devices {
-        let (phase, body) = phase_of(env, device);
+    for ((_, device), (phase, body)) in devices.iter().zip(phases(env, &devices)) {
         let expected = match pending_at_kill.get(device) {
             Some(action) if logged.contains(action.as_str()) && !has_receipt(action) => "unresolved",
             _ => "idle",
@@ -588,13 +621,27 @@ fn sigkill_at_random_points_loses_no_acknowledged_record_and_never_double_dispat
         log.len(),
         history.len()
     );
+    // Actions of a killed runtime that the host settled but whose success no client saw.
+    let acked_success: HashSet<&str> = sent.iter().filter(|s| s.ack == Ack::Success).filter_map(Sent::value_action).collect();
+    let settled_reply_lost: Vec<&str> = log
+        .iter()
+        .filter(|d| killed_epochs.contains(d.epoch.as_str()) && !pending_at_kill.contains(d.action.as_str()) && !acked_success.contains(d.action.as_str()))
+        .map(|d| d.action.as_str())
+        .collect();
+    let historied: HashSet<&str> = history.values().filter_map(|r| r.get("actionId").and_then(Value::as_str)).collect();
+    let lost_after_history = settled_reply_lost.iter().filter(|a| historied.contains(*a)).count();
     println!(
-        "torture: kills landed — queued/no pending record: {}, pending before the mark: {}, after the mark: {}, effect done but unsettled: {}, settled but reply lost: {}",
-        tally.before_pending, tally.pending_before_mark, tally.after_mark, tally.effect_done_unsettled, tally.settled_reply_lost
+        "torture: kills landed — queued/no pending record: {}, pending before the mark: {}, after the mark: {}, effect done but unsettled: {}, settled but reply lost: {} ({} of them after their history record)",
+        tally.before_pending,
+        tally.pending_before_mark,
+        tally.after_mark,
+        tally.effect_done_unsettled,
+        settled_reply_lost.len(),
+        lost_after_history
     );
     println!(
-        "torture: re-issued {} (refused on unresolved devices: {}); reconcile: {} left unresolved, {} recovered by receipt, {} recovered as never dispatched",
-        tally.reissued, tally.reissue_refused, tally.left_unresolved, tally.recovered_receipt, tally.recovered_never_dispatched
+        "torture: late runtimes started by clients after a kill: {}; re-issued {} (refused on unresolved devices: {}); reconcile: {} left unresolved, {} recovered by receipt, {} recovered as never dispatched",
+        tally.late_runtimes, tally.reissued, tally.reissue_refused, tally.left_unresolved, tally.recovered_receipt, tally.recovered_never_dispatched
     );
     println!("torture: contract-permitted re-executions after a restart (process-local idempotency): {reexecuted:?}");
 }
