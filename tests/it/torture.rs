@@ -278,8 +278,9 @@ struct Tally {
     success: usize,
     not_dispatched: usize,
     unknown: usize,
-    /// Kill landed: queued (no pending record) / pending before the mark / after the
-    /// mark, effect incomplete / effect done, not settled / settled, reply lost.
+    /// Where the kill landed: queued (no pending record) / pending before the mark /
+    /// after the mark, effect incomplete / effect done, not settled. (Settled with
+    /// the reply lost is counted over all rounds at the end.)
     before_pending: usize,
     pending_before_mark: usize,
     after_mark: usize,
@@ -304,6 +305,7 @@ fn round(env: &TestEnv, round: u64, rng: &mut Rng, log_path: &Path, receipts: &P
     let devices: Vec<(String, String)> = (0..LANES)
         .flat_map(|l| (0..DEVICES_PER_LANE).map(move |d| (format!("t{round}-lane{l}"), format!("t{round}-lane{l}-dev{d}"))))
         .collect();
+    let t0 = Instant::now();
     env.aab_ok(&["runtime", "--operation", "start"]);
     let epoch = env.endpoint().and_then(|e| e.get("runtimeId").and_then(Value::as_str).map(str::to_string)).expect("runtimeId");
     let delay = Duration::from_millis(rng.range(40, 700));
@@ -328,7 +330,7 @@ fn round(env: &TestEnv, round: u64, rng: &mut Rng, log_path: &Path, receipts: &P
                         device,
                         mark_after_ms: if rng.chance(30) { 0 } else { rng.range(1, 60) },
                         duration_ms: rng.range(0, 60),
-                        lose_reply: rng.chance(6),
+                        lose_reply: rng.chance(10),
                     };
                     let twice_at_once = rng.chance(15);
                     let again_after = rng.chance(10);
@@ -354,6 +356,7 @@ fn round(env: &TestEnv, round: u64, rng: &mut Rng, log_path: &Path, receipts: &P
         stop.store(true, Ordering::SeqCst);
     });
     let round_sent: Vec<Sent> = sent_round.into_inner().unwrap();
+    let t_clients = t0.elapsed();
 
     // Nothing runs now (every client returned); a client that raced the kill may have
     // started a new runtime, which is idle. The journals as the kill left them:
@@ -487,6 +490,7 @@ fn round(env: &TestEnv, round: u64, rng: &mut Rng, log_path: &Path, receipts: &P
         assert_eq!(phase, expected, "round {round}: after reconcile device `{device}` must be {expected}: {body}\n{}", env.report(None));
     }
 
+    println!("torture: round {round}: kill after {delay:?}, clients done after {t_clients:?}, round done after {:?}", t0.elapsed());
     let mut all = sent_all.lock().unwrap();
     all.extend(round_sent);
     all.extend(reissued);
