@@ -1,8 +1,8 @@
 //! Torture e2e: `kill -9` of the runtime at random moments while several CLI clients
 //! mutate devices on several lanes, checked against the device side's own ground truth.
 //!
-//! Each round starts a runtime, lets `CLIENTS` concurrent `aab` clients send
-//! `fixture-sleep` mutations (unique `requestId`s, some sent twice at once, some
+//! Each round starts a runtime, lets `CLIENTS` concurrent clients (one long-lived
+//! `aab mcp` session, the others `aab` CLI processes) send `fixture-sleep` mutations (unique `requestId`s, some sent twice at once, some
 //! repeated after their reply) on `LANES` lanes of `DEVICES_PER_LANE` devices each —
 //! with a random wait before the dispatch mark (`markAfterMs`) and after it
 //! (`durationMs`), so the SIGKILL lands before a pending record, between the pending
@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use aab_e2e::{Run, TestEnv, error_code, error_facts, process_alive, wait_for_exit};
+use aab_e2e::{Mcp, Run, TestEnv, error_code, error_facts, process_alive, wait_for_exit};
 use serde_json::{Value, json};
 
 const DEFAULT_ROUNDS: u64 = 6;
@@ -103,9 +103,7 @@ impl Req {
     fn run(&self, env: &TestEnv) -> Run {
         let (mark, duration) = (self.mark_after_ms.to_string(), self.duration_ms.to_string());
         let lose = if self.lose_reply { "true" } else { "false" };
-        // A lost reply waits for its deadline; a short one bounds how long it can hold
-        // its lane on a runtime a late client started after the kill.
-        let timeout = if self.lose_reply { "1000" } else { "30000" };
+        let timeout = self.timeout_ms().to_string();
         env.aab(&[
             "fixture-sleep",
             "--lose-reply",
@@ -123,8 +121,14 @@ impl Req {
             "--request-id",
             &self.rid,
             "--timeout-ms",
-            timeout,
+            &timeout,
         ])
+    }
+
+    /// A lost reply waits for its deadline; a short one bounds how long it can hold
+    /// its lane on a runtime a late client started after the kill.
+    fn timeout_ms(&self) -> u64 {
+        if self.lose_reply { 1000 } else { 30_000 }
     }
 }
 
@@ -149,22 +153,45 @@ struct Sent {
     cmdline: String,
 }
 
+fn ack_of(body: &Value) -> Ack {
+    let facts = error_facts(body);
+    if body.pointer("/execution/ok") == Some(&json!(true)) {
+        Ack::Success
+    } else if facts.get("dispatched") == Some(&json!(false)) && facts.get("ambiguous") != Some(&json!(true)) {
+        Ack::NotDispatched
+    } else {
+        Ack::Unknown
+    }
+}
+
 impl Sent {
     fn new(env: &TestEnv, req: &Req, phase: &'static str, run: &Run) -> Sent {
         // Even a client whose runtime died under it answers with exactly one JSON line.
         let body = env.json_of(run);
-        let facts = error_facts(&body);
-        let ack = if body.pointer("/execution/ok") == Some(&json!(true)) {
-            Ack::Success
-        } else if facts.get("dispatched") == Some(&json!(false)) && facts.get("ambiguous") != Some(&json!(true)) {
-            Ack::NotDispatched
-        } else {
-            Ack::Unknown
-        };
+        let ack = ack_of(&body);
         if (ack == Ack::Success) != (run.exit() == 0) {
             env.fail(run, "exit code 0 iff execution.ok:true");
         }
         Sent { req: req.clone(), phase, body, ack, cmdline: run.cmdline.clone() }
+    }
+
+    /// The same request through a long-lived `aab mcp` session (`run` tool), whose
+    /// pooled runtime connection dies with the runtime.
+    fn via_mcp(mcp: &mut Mcp<'_>, req: &Req) -> Sent {
+        let arguments = json!({
+            "command": "fixture-sleep",
+            "arguments": {
+                "loseReply": req.lose_reply, "markAfterMs": req.mark_after_ms, "durationMs": req.duration_ms,
+                "lane": req.lane, "device": req.device, "tag": req.rid, "requestId": req.rid, "timeoutMs": req.timeout_ms(),
+            },
+            "extract": null,
+        });
+        let (body, is_error) = mcp.call_tool("run", arguments.clone());
+        let ack = ack_of(&body);
+        if (ack == Ack::Success) == is_error {
+            mcp.fail(&format!("isError iff not execution.ok:true: {body}"));
+        }
+        Sent { req: req.clone(), phase: "round", body, ack, cmdline: format!("mcp tools/call run {arguments}") }
     }
 
     /// The action id a success reports (the plugin's own, also on a reused reply).
@@ -318,6 +345,8 @@ fn round(env: &TestEnv, round: u64, rng: &mut Rng, log_path: &Path, receipts: &P
             let (stop, devices, sent_round) = (&stop, &devices, &sent_round);
             let mut rng = Rng::new(*seed);
             s.spawn(move || {
+                // Client 0 is one long-lived MCP session; the others are CLI processes.
+                let mut mcp = (c == 0).then(|| env.mcp());
                 for n in 0..MAX_PER_CLIENT {
                     if stop.load(Ordering::SeqCst) {
                         break;
@@ -334,6 +363,14 @@ fn round(env: &TestEnv, round: u64, rng: &mut Rng, log_path: &Path, receipts: &P
                     };
                     let twice_at_once = rng.chance(15);
                     let again_after = rng.chance(10);
+                    if let Some(mcp) = mcp.as_mut() {
+                        let mut got = vec![Sent::via_mcp(mcp, &req)];
+                        if again_after && !stop.load(Ordering::SeqCst) {
+                            got.push(Sent::via_mcp(mcp, &req));
+                        }
+                        sent_round.lock().unwrap().extend(got);
+                        continue;
+                    }
                     let mut got = if twice_at_once {
                         thread::scope(|s2| {
                             let a = s2.spawn(|| req.run(env));
@@ -348,6 +385,20 @@ fn round(env: &TestEnv, round: u64, rng: &mut Rng, log_path: &Path, receipts: &P
                     }
                     let mut out = sent_round.lock().unwrap();
                     out.extend(got.iter().map(|run| Sent::new(env, &req, "round", run)));
+                }
+                // The MCP session outlives its runtime: once the kill happened, its next
+                // call must reach a new runtime (and be judged like any other).
+                if let Some(mcp) = mcp.as_mut() {
+                    while !stop.load(Ordering::SeqCst) {
+                        thread::sleep(Duration::from_millis(10));
+                    }
+                    let (lane, device) = devices[rng.range(0, devices.len() as u64 - 1) as usize].clone();
+                    let req = Req { round, rid: format!("t{round}-c{c}-after-kill"), lane, device, mark_after_ms: 0, duration_ms: 0, lose_reply: false };
+                    let sent = Sent::via_mcp(mcp, &req);
+                    if sent.ack == Ack::Unknown {
+                        mcp.fail(&format!("a call sent after the kill must get a definite answer from a new runtime:\n{}", sent.describe()));
+                    }
+                    sent_round.lock().unwrap().push(sent);
                 }
             });
         }
