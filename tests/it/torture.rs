@@ -402,9 +402,17 @@ fn round(env: &TestEnv, round: u64, rng: &mut Rng, log_path: &Path, receipts: &P
                 }
             });
         }
+        /// Clients stop even when the kill fails (the scope joins them before it
+        /// re-raises the panic; the MCP client waits for this flag).
+        struct StopOnDrop<'a>(&'a AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let _stop = StopOnDrop(&stop);
         thread::sleep(delay);
         kill_runtime(env);
-        stop.store(true, Ordering::SeqCst);
     });
     let round_sent: Vec<Sent> = sent_round.into_inner().unwrap();
     let t_clients = t0.elapsed();
