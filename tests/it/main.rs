@@ -10,4 +10,5 @@ mod pipeline;
 mod plugin_sdk;
 mod script;
 mod trust;
+mod torture;
 mod web;
