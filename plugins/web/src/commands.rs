@@ -154,6 +154,8 @@ fn connect_json(s: &crate::state::ServerInfo) -> Value {
         "healthUrl": format!("{base}/health"),
         "sessionsUrl": format!("{base}/sessions"),
         "sampleAppUrl": s.sample_app.then(|| format!("{base}/sample/")),
+        "originPolicy": s.origins.to_json(),
+        "limits": wire::limits(&s.keep_alive),
     })
 }
 
@@ -162,6 +164,16 @@ async fn session_start(shared: &Arc<Shared>, ctx: &Context<'_>, args: &Value) ->
     let port = args.get("webPort").and_then(Value::as_u64).map(|p| p as u16).unwrap_or(wire::DEFAULT_PORT);
     let path = arg_str(args, "path").unwrap_or(wire::DEFAULT_PATH).to_string();
     let sample_app = args.get("sampleApp").and_then(Value::as_bool).unwrap_or(false);
+    let allowed_origins: Vec<String> = args.get("allowedOrigins").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(str::to_string).collect();
+    let ms = |key: &str, default: Duration| args.get(key).and_then(Value::as_u64).map(Duration::from_millis).unwrap_or(default);
+    let defaults = wire::KeepAlive::default();
+    let keep_alive = wire::KeepAlive {
+        ping_interval: ms("pingIntervalMs", defaults.ping_interval),
+        idle_timeout: ms("idleTimeoutMs", defaults.idle_timeout),
+        handshake_timeout: ms("handshakeTimeoutMs", defaults.handshake_timeout),
+        header_timeout: ms("headerTimeoutMs", defaults.header_timeout),
+    };
+    let timers_given = ["pingIntervalMs", "idleTimeoutMs", "handshakeTimeoutMs", "headerTimeoutMs"].iter().any(|k| args.get(*k).is_some());
     {
         let server = lock(&shared.server);
         if let Some(s) = server.as_ref() {
@@ -169,7 +181,9 @@ async fn session_start(shared: &Arc<Shared>, ctx: &Context<'_>, args: &Value) ->
                 && (port == 0 || s.port == port)
                 && s.path == path
                 && arg_str(args, "token").is_none_or(|t| t == s.token)
-                && (!sample_app || s.sample_app);
+                && (!sample_app || s.sample_app)
+                && allowed_origins.iter().all(|o| o == "*" && s.origins.any || crate::origin::normalise(o).is_some_and(|o| s.origins.allowed.contains(&o)))
+                && (!timers_given || s.keep_alive == keep_alive);
             if same {
                 let mut v = connect_json(s);
                 v["reused"] = json!(true);
@@ -185,7 +199,8 @@ async fn session_start(shared: &Arc<Shared>, ctx: &Context<'_>, args: &Value) ->
         None => crate::ids::token().map_err(|e| ProviderError::new("web_token_unavailable", e).not_dispatched())?,
     };
     ctx.mark_dispatched();
-    let info = server::start(shared.clone(), StartConfig { host, port, path, token, sample_app }).await?;
+    let env_origins = std::env::var(crate::origin::ENV_ALLOWED_ORIGINS).ok();
+    let info = server::start(shared.clone(), StartConfig { host, port, path, token, sample_app, allowed_origins, env_origins, keep_alive }).await?;
     let mut server = lock(&shared.server);
     if let Some(existing) = server.as_ref() {
         // A concurrent start won the race: keep its endpoint, retire this one.
@@ -232,7 +247,9 @@ fn provider_status(shared: &Shared) -> Value {
         "sockets": shared.socket_count(),
         "sessions": sessions.len(),
         "connected": sessions.values().filter(|s| s.conn.is_some()).count(),
-        "limits": wire::limits(),
+        "limits": wire::limits(&server.as_ref().map(|s| s.keep_alive).unwrap_or_default()),
+        "originPolicy": server.as_ref().map(|s| s.origins.to_json()),
+        "endpointStats": shared.endpoint_stats.to_json(),
         "execution": shared.exec.status(),
         "facts": shared.facts.status(),
         "ingressQueued": shared.captures.queued(),

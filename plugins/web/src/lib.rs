@@ -21,6 +21,7 @@ mod execution;
 mod facts;
 mod ids;
 mod manifest;
+mod origin;
 mod sample;
 mod server;
 mod socket;

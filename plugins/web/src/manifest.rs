@@ -354,7 +354,14 @@ fn commands() -> Vec<CommandSpec> {
                 "webPort": {"type": "integer", "minimum": 0, "maximum": 65535, "default": 18180, "description": "Listen port (default 18180; 0 = any free port)"},
                 "path": {"type": "string", "pattern": "^/[A-Za-z0-9/_-]+$", "maxLength": 256, "default": "/ai-app-bridge-web", "description": "WebSocket path such as /ai-app-bridge-web (letters, digits, /, _ and -)"},
                 "token": {"type": "string", "pattern": "^[A-Za-z0-9_-]{16,256}$", "description": "Connection token (default: 24 random bytes, base64url)"},
-                "sampleApp": {"type": "boolean", "default": false, "description": "Also serve the bundled sample app under /sample/ (used by `aab demo`)"}
+                "sampleApp": {"type": "boolean", "default": false, "description": "Also serve the bundled sample app under /sample/ (used by `aab demo`)"},
+                "allowedOrigins": {"type": "array", "maxItems": 64, "uniqueItems": true,
+                                   "items": {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": "^(\\*|null|https?://[^/?#@\\s]+)$"},
+                                   "description": "Browser origins allowed besides the default (no Origin header, loopback http(s)://localhost|127.0.0.1|[::1] on any port, the endpoint's own origin); exact scheme://host[:port], `null`, or `*` for any. Also read from AI_APP_BRIDGE_WEB_ALLOWED_ORIGINS (comma-separated)"},
+                "pingIntervalMs": {"type": "integer", "minimum": 500, "maximum": 60000, "default": 20000, "description": "WebSocket ping interval"},
+                "idleTimeoutMs": {"type": "integer", "minimum": 1000, "maximum": 600000, "default": 60000, "description": "A page socket with no traffic (not even a pong) for this long is closed"},
+                "handshakeTimeoutMs": {"type": "integer", "minimum": 500, "maximum": 60000, "default": 5000, "description": "Time a new socket has to send its hello"},
+                "headerTimeoutMs": {"type": "integer", "minimum": 500, "maximum": 60000, "default": 10000, "description": "Time an HTTP request head may take to arrive; also ends idle keep-alive connections"}
             }),
             &[],
         ),
