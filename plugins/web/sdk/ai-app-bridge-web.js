@@ -738,15 +738,19 @@
           var p = originalFetch.apply(this, arguments);
           return p.then(function (res) {
             var finish = function (resBody) {
-              b.requestFinished();
-              b.recordNetwork('fetch-auto', assoc, { method: method, url: clip(url, 4096), status: res.status, ok: res.ok, durationMs: now() - started }, reqBody, resBody);
+              settle(reqBody).then(function (rb) {
+                b.requestFinished();
+                b.recordNetwork('fetch-auto', assoc, { method: method, url: clip(url, 4096), status: res.status, ok: res.ok, durationMs: now() - started }, rb, resBody);
+              });
             };
             if (b.options.captureResponseBodies) readBody(res.clone()).then(finish, function () { finish({ state: 'unavailable' }); });
             else finish({ state: 'disabled' });
             return res;
           }, function (err) {
-            b.requestFinished();
-            b.recordNetwork('fetch-auto', assoc, { method: method, url: clip(url, 4096), status: 0, ok: false, durationMs: now() - started, error: clip(err && err.message || String(err), 500) }, reqBody, { state: 'unavailable' });
+            settle(reqBody).then(function (rb) {
+              b.requestFinished();
+              b.recordNetwork('fetch-auto', assoc, { method: method, url: clip(url, 4096), status: 0, ok: false, durationMs: now() - started, error: clip(err && err.message || String(err), 500) }, rb, { state: 'unavailable' });
+            });
             throw err;
           });
         };
@@ -768,12 +772,15 @@
             var reqBody = b.options.captureRequestBodies ? bodyOf(body) : { state: 'disabled' };
             b.requestStarted();
             xhr.addEventListener('loadend', function () {
-              b.requestFinished();
               var resBody = { state: 'disabled' };
               if (b.options.captureResponseBodies) {
-                try { resBody = textBody(typeof xhr.response === 'string' ? xhr.response : (xhr.responseType === '' || xhr.responseType === 'text' ? xhr.responseText : null)); } catch (e) { resBody = { state: 'unsupported-body-type' }; }
+                try { resBody = xhrBody(xhr); } catch (e) { resBody = { state: 'unsupported-body-type' }; }
               }
-              b.recordNetwork('xhr-auto', assoc, { method: info.method, url: clip(info.url, 4096), status: xhr.status, ok: xhr.status >= 200 && xhr.status < 300, durationMs: now() - started }, reqBody, resBody);
+              var fields = { method: info.method, url: clip(info.url, 4096), status: xhr.status, ok: xhr.status >= 200 && xhr.status < 300, durationMs: now() - started };
+              Promise.all([settle(reqBody), settle(resBody)]).then(function (bodies) {
+                b.requestFinished();
+                b.recordNetwork('xhr-auto', assoc, fields, bodies[0], bodies[1]);
+              });
             });
           }
           return send.apply(this, arguments);
@@ -788,18 +795,79 @@
       return { state: 'complete', body: text, encoding: 'utf8' };
     }
 
+    // Binary bodies keep their bytes as base64 within the same 12000-character
+    // budget (9000 bytes); a longer body is `truncated` to its first 9000 bytes.
+    function bytesBody(bytes) {
+      if (!bytes) return { state: 'unsupported-body-type' };
+      if (!bytes.length) return { state: 'empty' };
+      var max = Math.floor(LIMITS.body / 4) * 3;
+      var cut = bytes.length > max;
+      return { state: cut ? 'truncated' : 'complete', body: base64(cut ? bytes.subarray(0, max) : bytes), encoding: 'base64' };
+    }
+
+    function base64(bytes) {
+      var bin = '';
+      for (var i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+      return btoa(bin);
+    }
+
+    function bytesOf(v) {
+      if (typeof ArrayBuffer === 'undefined' || v == null) return null;
+      if (v instanceof ArrayBuffer) return new Uint8Array(v);
+      if (ArrayBuffer.isView(v)) return new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
+      return null;
+    }
+
+    // A body whose reading is asynchronous (Blob), bounded like a response read.
+    function blobBody(blob) {
+      return new Promise(function (resolve) {
+        var timer = setTimeout(function () { resolve({ state: 'timeout' }); }, 2000);
+        blob.arrayBuffer().then(function (buf) { clearTimeout(timer); resolve(bytesBody(new Uint8Array(buf))); }, function () { clearTimeout(timer); resolve({ state: 'unavailable' }); });
+      });
+    }
+
+    // A body descriptor, or a promise of one.
+    function settle(body) { return Promise.resolve(body).then(null, function () { return { state: 'unavailable' }; }); }
+
     function bodyOf(body) {
       if (body == null) return { state: 'empty' };
       if (typeof body === 'string') return textBody(body);
       if (typeof URLSearchParams !== 'undefined' && body instanceof URLSearchParams) return textBody(body.toString());
+      var bytes = bytesOf(body);
+      if (bytes) return bytesBody(bytes);
+      if (typeof Blob !== 'undefined' && body instanceof Blob && typeof body.arrayBuffer === 'function') return blobBody(body);
       return { state: 'unsupported-body-type' };
+    }
+
+    var TEXTUAL = /^(text\/|application\/(json|xml|javascript|ecmascript|x-www-form-urlencoded|graphql)\b|application\/[^;]*\+(json|xml)\b|image\/svg\+xml)/i;
+
+    // Text when the declared type is textual (or undeclared and valid UTF-8), else base64.
+    function decodeBody(contentType, buf) {
+      var bytes = new Uint8Array(buf);
+      if (!bytes.length) return { state: 'empty' };
+      var type = String(contentType || '').trim();
+      if (typeof TextDecoder !== 'undefined') {
+        if (TEXTUAL.test(type)) return textBody(new TextDecoder('utf-8').decode(bytes));
+        if (!type) { try { return textBody(new TextDecoder('utf-8', { fatal: true }).decode(bytes)); } catch (e) { /* binary */ } }
+      }
+      return bytesBody(bytes);
     }
 
     function readBody(res) {
       return new Promise(function (resolve) {
         var timer = setTimeout(function () { resolve({ state: 'timeout' }); }, 2000);
-        res.text().then(function (t) { clearTimeout(timer); resolve(textBody(t)); }, function () { clearTimeout(timer); resolve({ state: 'unavailable' }); });
+        var type = res.headers && res.headers.get ? res.headers.get('content-type') : '';
+        res.arrayBuffer().then(function (buf) { clearTimeout(timer); resolve(decodeBody(type, buf)); }, function () { clearTimeout(timer); resolve({ state: 'unavailable' }); });
       });
+    }
+
+    function xhrBody(xhr) {
+      var t = xhr.responseType;
+      if (t === '' || t === 'text') return textBody(xhr.responseText);
+      if (t === 'arraybuffer') return bytesBody(bytesOf(xhr.response));
+      if (t === 'json') return xhr.response == null ? { state: 'empty' } : textBody(safeStringify(xhr.response));
+      if (t === 'blob' && xhr.response && typeof xhr.response.arrayBuffer === 'function') return blobBody(xhr.response);
+      return { state: 'unsupported-body-type' };
     }
 
     function recordNetwork(source, assoc, fields, reqBody, resBody) {
