@@ -29,6 +29,7 @@
   var EXECUTION_SCHEMA = 'aab.web-execution/v1';
   var DOM_TARGET_SCHEMA = 'aab.web-dom-target/v1';
   var CAPTURE_SCHEMA = 'aab.web-capture/v1';
+  var OBSERVATION_SCHEMA = 'aab.ui-observation/v1';
   var TARGET_ID = 'main';
   var SESSION_STORAGE_KEY = 'ai_app_bridge_web_session_id';
   var JOURNAL_PREFIX = 'ai_app_bridge_web_journal:';
@@ -55,7 +56,10 @@
     stateProviders: 128,
     uiBatchMs: 250,
     uiBatchEvents: 200,
-    candidates: 10
+    candidates: 10,
+    observationMinMs: 100,
+    observationMaxMs: 5000,
+    observationIntervalMs: 200
   };
 
   var CONTROL_QUERY = 'a,button,input,textarea,select,[contenteditable="true"],[role],[onclick],[aria-label]';
@@ -401,7 +405,9 @@
       ui: [],
       uiTimer: null,
       mutations: 0,
+      mutationTotal: 0,
       mutationTimer: null,
+      observation: null,
       currentAction: null
     };
 
@@ -669,6 +675,7 @@
           // Mutation counts ride along with the next batch (or barrier) instead of
           // producing records of their own: an animated page would flood the stream.
           state.mutations += list.length;
+          state.mutationTotal += list.length;
         });
         mo.observe(document.documentElement, { childList: true, subtree: true, attributes: true, characterData: true });
         listeners.push([null, 'mutation', mo]);
@@ -1324,6 +1331,95 @@
       journalWrite(j);
     }
 
+    // -------------------------------------------------------------- UI observation
+    // An on-demand lease (100..5000 ms) during which the page samples its UI every
+    // 200 ms (plus at start and end) into the `events` stream as
+    // `{category:"ui", name:"observation.sample"}` records, then one
+    // `observation.end`. One lease at a time; stop needs its leaseId.
+
+    function elapsedMs(t0) { return (root.performance && performance.now ? performance.now() : now()) - t0; }
+
+    function observationStatus() {
+      var o = state.observation;
+      var active = !!o && !o.ended;
+      return {
+        ok: true, schemaVersion: OBSERVATION_SCHEMA, mode: 'on-demand', active: active,
+        leaseId: o ? o.leaseId : null, durationMs: o ? o.durationMs : null,
+        remainingMs: active ? Math.max(0, o.until - now()) : 0,
+        maxDurationMs: LIMITS.observationMaxMs, intervalMs: LIMITS.observationIntervalMs,
+        sampleCount: o ? o.sampleCount : 0, maxSampleDurationMs: o ? Math.round(o.maxSampleDurationMs * 1000) / 1000 : 0,
+        startedAtMs: o ? o.startedAtMs : null, endedAtMs: o ? o.endedAtMs : null, endReason: o ? o.endReason : null,
+        target: target()
+      };
+    }
+
+    function observeSample(o, reason) {
+      var t0 = root.performance && performance.now ? performance.now() : now();
+      var focused = typeof document !== 'undefined' ? document.activeElement : null;
+      var sample = {
+        leaseId: o.leaseId, index: o.sampleCount + 1, reason: reason, atMs: now(),
+        title: clip(document.title, 1024), url: clip(currentUrl(), 4096), route: currentRoute(), navigationId: doc.navigationId,
+        readyState: document.readyState, controlCount: document.querySelectorAll(CONTROL_QUERY).length,
+        focused: focused && focused !== document.body && focused.nodeType === 1 ? { elementId: doc.ids.get(focused) || null, tag: tagOf(focused), id: attr(focused, 'id') } : null,
+        viewport: { width: root.innerWidth, height: root.innerHeight, scrollX: Math.round(root.scrollX), scrollY: Math.round(root.scrollY) },
+        mutations: state.mutationTotal - o.mutationBase,
+        bodyTextLength: document.body ? (document.body.innerText || '').length : 0
+      };
+      o.mutationBase = state.mutationTotal;
+      var took = elapsedMs(t0);
+      sample.durationMs = Math.round(took * 1000) / 1000;
+      o.sampleCount += 1;
+      o.maxSampleDurationMs = Math.max(o.maxSampleDurationMs, took);
+      var saved = state.currentAction;
+      state.currentAction = null;
+      record('events', 'ui-observation', { category: 'ui', name: 'observation.sample', leaseId: o.leaseId, sample: sample });
+      state.currentAction = saved;
+    }
+
+    function endObservation(o, reason) {
+      if (o.ended) return;
+      if (o.timer) { clearTimeout(o.timer); o.timer = null; }
+      if (!state.stopped) observeSample(o, reason);
+      o.ended = true;
+      o.endedAtMs = now();
+      o.endReason = reason;
+      if (!state.stopped) record('events', 'ui-observation', { category: 'ui', name: 'observation.end', leaseId: o.leaseId, reason: reason, sampleCount: o.sampleCount, durationMs: o.durationMs });
+    }
+
+    function observationTick(o) {
+      o.timer = null;
+      if (o.ended) return;
+      if (now() >= o.until) return endObservation(o, 'expired');
+      observeSample(o, 'interval');
+      o.timer = setTimeout(function () { observationTick(o); }, Math.min(LIMITS.observationIntervalMs, Math.max(0, o.until - now())));
+    }
+
+    function uiObservation(args) {
+      var op = args.operation;
+      var o = state.observation;
+      if (op === 'status') return observationStatus();
+      if (op === 'start') {
+        var d = args.durationMs;
+        if (!(typeof d === 'number' && Math.floor(d) === d && d >= LIMITS.observationMinMs && d <= LIMITS.observationMaxMs)) {
+          return fail('invalid_ui_observation_duration', 'durationMs must be an integer from ' + LIMITS.observationMinMs + ' to ' + LIMITS.observationMaxMs, { dispatched: false });
+        }
+        if (o && !o.ended) return fail('ui_observation_busy', 'an observation lease is active; stop it with its leaseId or wait ' + Math.max(0, o.until - now()) + ' ms', { dispatched: false, details: { remainingMs: Math.max(0, o.until - now()) } });
+        o = { leaseId: randomHex32(), durationMs: d, startedAtMs: now(), until: now() + d, sampleCount: 0, maxSampleDurationMs: 0, mutationBase: state.mutationTotal, ended: false, timer: null, endedAtMs: null, endReason: null };
+        state.observation = o;
+        observeSample(o, 'start');
+        o.timer = setTimeout(function () { observationTick(o); }, Math.min(LIMITS.observationIntervalMs, d));
+        return observationStatus();
+      }
+      if (op === 'stop') {
+        if (!o || o.leaseId !== args.leaseId) return fail('ui_observation_lease_mismatch', 'leaseId is not the current observation lease', { dispatched: false });
+        if (!o.ended) endObservation(o, 'stopped');
+        var st = observationStatus();
+        st.stopped = o.endReason === 'stopped';
+        return st;
+      }
+      return fail('invalid_ui_observation_operation', 'operation must be start, status or stop', { dispatched: false });
+    }
+
     // -------------------------------------------------------------- reads
 
     function onRead(msg) {
@@ -1336,6 +1432,8 @@
           result = dom.ok === false ? dom : { ok: true, dom: dom };
         } else if (payload.name === 'captureBarrier') {
           result = barrier(args.stream);
+        } else if (payload.name === 'uiObservation') {
+          result = uiObservation(args);
         } else {
           result = fail('unknown_web_read', 'unknown read ' + JSON.stringify(payload.name));
         }
@@ -1393,6 +1491,7 @@
         listeners.forEach(function (l) { if (l[0]) l[0].removeEventListener(l[1], l[2], l[3]); else if (l[2] && l[2].disconnect) l[2].disconnect(); });
         listeners = [];
         if (state.active) state.active.abort('stopped');
+        if (state.observation && !state.observation.ended) endObservation(state.observation, 'sdk-stopped');
         if (state.timer) { clearTimeout(state.timer); state.timer = null; }
         if (state.socket) { try { state.socket.close(1000, 'stopped'); } catch (e) { /* closing */ } }
         state.status = 'stopped';

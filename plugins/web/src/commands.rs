@@ -129,6 +129,7 @@ pub async fn invoke(shared: &Arc<Shared>, ctx: &Context<'_>, inv: &Invocation) -
         "web-state" => capture_read(shared, ctx, args, "state").await?,
         "web-events" => capture_read(shared, ctx, args, "events").await?,
         "web-execution" => execution(shared, ctx, args).await?,
+        "web-ui-observation" => ui_observation(shared, ctx, args).await?,
         "web-command" => raw_command(shared, ctx, inv).await?,
         other => return Err(ProviderError::new("unknown_command", format!("plugin `web` has no command `{other}`")).not_dispatched()),
     };
@@ -403,6 +404,59 @@ fn dom_history(shared: &Shared, ctx: &Context<'_>, args: &Value, session_id: &st
         "throughCursor": upper.to_string(),
         "coverage": history_coverage(shared),
     }))
+}
+
+// ------------------------------------------------------------------ UI observation
+
+pub const UI_OBSERVATION_SCHEMA: &str = "aab.ui-observation/v1";
+
+/// `web-ui-observation`: an on-demand UI observation lease on the page (reference
+/// §4.9 contract shared with Android and iOS). The page samples its UI into the
+/// `events` capture stream while the lease runs; read them with `web-events`.
+async fn ui_observation(shared: &Shared, ctx: &Context<'_>, args: &Value) -> Result<Value, ProviderError> {
+    let session_id = required(args, "sessionId")?;
+    let runtime_epoch = required(args, "runtimeEpoch")?;
+    let operation = required(args, "operation")?;
+    let conn = shared.target(session_id, runtime_epoch)?;
+    let mut read_args = json!({"operation": operation});
+    for key in ["durationMs", "leaseId"] {
+        if let Some(v) = args.get(key) {
+            read_args[key] = v.clone();
+        }
+    }
+    let mutates = operation != "status";
+    if mutates {
+        ctx.mark_dispatched();
+    }
+    let reply = match read(shared, ctx, &conn, "uiObservation", read_args).await {
+        Ok(r) => r,
+        // The request left: a start or stop may have taken effect on the page.
+        Err(mut e) if mutates && e.error != "web_pending_limit" && e.error != "web_transport_capacity" && e.error != "web_target_disconnected" => {
+            e.dispatched = None;
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
+    if reply.get("ok") != Some(&Value::Bool(true)) {
+        let mut e = if arg_str(&reply, "error") == Some("unknown_web_read") {
+            ProviderError::new("web_ui_observation_unsupported", "the page's Web SDK has no UI observation; update ai-app-bridge-web.js")
+        } else {
+            page_error(&reply, "web_ui_observation_failed")
+        };
+        if e.error == "invalid_ui_observation_duration" {
+            e = e.with_field("durationMs");
+        } else if e.error == "ui_observation_lease_mismatch" {
+            e = e.with_field("leaseId");
+        }
+        return Err(e.not_dispatched());
+    }
+    if arg_str(&reply, "schemaVersion") != Some(UI_OBSERVATION_SCHEMA) || reply.get("target") != Some(&wire::target(session_id, runtime_epoch)) {
+        return Err(ProviderError::new("invalid_web_ui_observation", "the page's observation reply has the wrong schema or target").not_dispatched());
+    }
+    let mut value = reply;
+    value["operation"] = json!(operation);
+    value["stream"] = json!("events");
+    Ok(value)
 }
 
 // ------------------------------------------------------------------ actions

@@ -508,6 +508,31 @@ fn commands() -> Vec<CommandSpec> {
         ));
     }
 
+    let mut observation = target_spec(
+        "web-ui-observation",
+        "On-demand UI observation lease (100..5000 ms): the page samples title, URL, navigation, control count, focus, viewport and DOM mutations every 200 ms into the events stream (`observation.sample` records, read with web-events).",
+        Mutation::Conditional,
+        extend(
+            object(
+                props(json!({
+                    "operation": {"type": "string", "enum": ["start", "status", "stop"], "description": "start a lease, report it, or stop it early"},
+                    "durationMs": {"type": "integer", "minimum": 100, "maximum": 5000, "description": "Lease length (start)"},
+                    "leaseId": {"type": "string", "pattern": "^[0-9a-f]{32}$", "description": "The lease to stop (the `leaseId` of start)"}
+                })),
+                &["operation", "sessionId", "runtimeEpoch"],
+            ),
+            json!({"oneOf": [
+                {"properties": {"operation": {"const": "start"}, "leaseId": false}, "required": ["durationMs"]},
+                {"properties": {"operation": {"const": "status"}, "durationMs": false, "leaseId": false}},
+                {"properties": {"operation": {"const": "stop"}, "durationMs": false}, "required": ["leaseId"]}
+            ]}),
+        ),
+    );
+    observation.mutating_operations = vec!["start".to_string(), "stop".to_string()];
+    observation.script_permission = Some("capture.read".to_string());
+    observation.lane = Some("observation".to_string());
+    out.push(observation);
+
     let mut execution = target_spec(
         "web-execution",
         "Managed Web actions of a session: status, terminal result, cancel, and reconcile of actions whose completion was lost.",
@@ -558,7 +583,7 @@ mod tests {
     #[test]
     fn every_command_is_well_formed() {
         let m = manifest();
-        assert_eq!(m.commands.len(), 18);
+        assert_eq!(m.commands.len(), 19);
         for c in &m.commands {
             assert_eq!(c.domain, "web");
             assert_eq!(c.platform, "web");
@@ -577,5 +602,8 @@ mod tests {
         assert_eq!(by_name("web-command").role, "expert");
         assert_eq!(by_name("web-click").script_permission.as_deref(), Some("app.interact"));
         assert_eq!(by_name("web-logs").script_permission.as_deref(), Some("capture.read"));
+        let obs = by_name("web-ui-observation");
+        assert_eq!(obs.script_permission.as_deref(), Some("capture.read"));
+        assert_eq!(obs.mutating_operations, vec!["start".to_string(), "stop".to_string()]);
     }
 }
