@@ -927,7 +927,11 @@ fn web_socket_keepalive_idle_and_handshake_timeouts() {
     // The answering page is still served.
     live.send(&json!({"type": "capture", "binding": ack["binding"], "captureId": "0123456789abcdef0123456789abcdef", "stream": "logs", "sequence": 1, "actionId": null,
                       "item": {"source": "app", "timestampMs": 1, "association": "unattributed", "message": "still here"}}));
+    // Captures are committed with the next command's context.
+    ep.status();
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
+        assert!(Instant::now() < deadline, "no captureAck");
         match live.next_message(Duration::from_secs(30)) {
             Some(Message::Text(t)) => {
                 let v: Value = serde_json::from_str(t.as_str()).unwrap();
