@@ -19,6 +19,8 @@ mod commands;
 mod dom;
 mod execution;
 mod facts;
+#[cfg(test)]
+mod hostile_tests;
 mod ids;
 mod manifest;
 mod origin;

@@ -110,7 +110,11 @@ pub async fn serve(shared: Arc<Shared>, mut ws: Ws, provider_epoch: String, keep
                         outcome = Some((CLOSE_POLICY, "invalid_web_message".into(), "binary frames are not part of aab.web/v2".into()));
                         break;
                     }
-                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                    Some(Err(e)) => {
+                        outcome = stream_error(&e);
+                        break;
+                    }
+                    Some(Ok(Message::Close(_))) | None => break,
                     Some(Ok(Message::Frame(_))) => {}
                 },
                 _ = ping.tick() => {
@@ -142,8 +146,21 @@ pub async fn serve(shared: Arc<Shared>, mut ws: Ws, provider_epoch: String, keep
     .await;
 }
 
+/// How a transport error ends the socket: oversized messages (1009), text that is
+/// not UTF-8 (1007) and broken framing (1002) get the protocol's error frame; a
+/// vanished peer gets nothing.
+fn stream_error(e: &tokio_tungstenite::tungstenite::Error) -> Option<(u16, String, String)> {
+    use tokio_tungstenite::tungstenite::Error as E;
+    match e {
+        E::Capacity(_) => Some((1009, "web_message_too_large".into(), format!("a message exceeds {} bytes", wire::MAX_PAYLOAD))),
+        E::Utf8(_) => Some((1007, "invalid_web_message".into(), "a text frame is not UTF-8".into())),
+        E::Protocol(p) => Some((1002, "invalid_web_message".into(), format!("WebSocket protocol error: {p}"))),
+        _ => None,
+    }
+}
+
 /// Handle one text frame; Err = close the socket with 1008 and this error.
-fn on_frame(shared: &Shared, conn: &Conn, provider_epoch: &str, text: &str) -> Result<(), (&'static str, String)> {
+pub(crate) fn on_frame(shared: &Shared, conn: &Conn, provider_epoch: &str, text: &str) -> Result<(), (&'static str, String)> {
     let Ok(frame) = serde_json::from_str::<Value>(text) else {
         return Err(("invalid_web_message", "the frame is not JSON".into()));
     };
