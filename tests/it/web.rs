@@ -1142,3 +1142,48 @@ fn web_ui_observation_samples_what_the_page_shows() {
     // After the stop a new lease may start.
     w.ok("web-ui-observation", w.args(&page, json!({"operation": "start", "durationMs": 100})));
 }
+
+#[test]
+fn web_hostile_frames_corpus_is_refused() {
+    // The regression corpus (see tests/corpus/web/README.md) against the real runtime.
+    let ep = Endpoint::start(json!({"webPort": 0}));
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/web");
+    let mut entries: Vec<_> = std::fs::read_dir(&dir).expect("corpus dir").flatten().map(|e| e.path()).collect();
+    entries.sort();
+    let mut replayed = 0;
+    for (i, path) in entries.iter().enumerate() {
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let parts: Vec<&str> = name.split('.').collect();
+        if parts.len() < 4 {
+            continue;
+        }
+        let bytes = std::fs::read(path).unwrap();
+        let frame = match *parts.last().unwrap() {
+            "bin" => Message::binary(bytes),
+            _ => Message::text(String::from_utf8(bytes).expect("UTF-8 .txt entry")),
+        };
+        let close = parts[2].strip_prefix("close-").and_then(|c| c.split('-').next()?.parse::<u16>().ok()).unwrap_or(1008);
+        let mut ws = ep.ws(None).expect("upgrade");
+        if parts[0] == "after" {
+            ws.hello(&format!("corpus-{i}"));
+        }
+        ws.send_message(frame);
+        let first = ws.recv();
+        assert!(
+            matches!(&first, Ok(v) if v["type"] == json!("error") && v["error"] == json!(parts[1])),
+            "{name}: expected an error frame `{}`, got {first:?}",
+            parts[1]
+        );
+        assert_eq!(ws.recv().err(), Some(Some(close)), "{name}: close code");
+        replayed += 1;
+    }
+    assert!(replayed >= 8, "the corpus lost entries ({replayed})");
+    // Nothing of it stuck: no socket is left and a page still connects.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ep.status()["sockets"] != json!(0) {
+        assert!(Instant::now() < deadline, "sockets were left open: {}", ep.status());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    ep.ws(None).expect("upgrade").hello("corpus-after");
+    assert_eq!(ep.http("GET", "/health", &[], b"").0, 200);
+}
