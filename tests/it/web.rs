@@ -1187,3 +1187,152 @@ fn web_hostile_frames_corpus_is_refused() {
     ep.ws(None).expect("upgrade").hello("corpus-after");
     assert_eq!(ep.http("GET", "/health", &[], b"").0, 200);
 }
+
+/// A tiny HTTP server of the test that answers every request with `page`; stops
+/// when dropped.
+struct StaticSite {
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl StaticSite {
+    fn serve(page: String) -> StaticSite {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((mut s, _)) => {
+                        let _ = s.set_nonblocking(false);
+                        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                        let mut head = Vec::new();
+                        let mut buf = [0u8; 1024];
+                        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                            match s.read(&mut buf) {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => head.extend_from_slice(&buf[..n]),
+                            }
+                        }
+                        let _ = write!(s, "HTTP/1.1 200 OK\r\ncontent-type: text/html; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{page}", page.len());
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        });
+        StaticSite { port, stop, thread: Some(thread) }
+    }
+}
+
+impl Drop for StaticSite {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[test]
+fn web_foreign_origin_page_in_chromium_is_refused() {
+    let ep = Endpoint::start(json!({"webPort": 0, "sampleApp": true}));
+    // One page, served by the test under two names: a loopback origin and a foreign
+    // one (the browser maps evil.example to 127.0.0.1). It tries the endpoint's
+    // WebSocket and a state-changing POST to the sample app.
+    let page = format!(
+        r#"<!doctype html><title>probe</title><script>
+        window.result = {{}};
+        const ws = new WebSocket('{endpoint}?token={token}');
+        ws.onopen = () => {{ window.result.ws = 'open'; ws.close(); }};
+        ws.onerror = () => {{ window.result.ws = window.result.ws || 'error'; }};
+        fetch('http://127.0.0.1:{port}/sample/api/submit', {{method: 'POST', mode: 'no-cors', headers: {{'Content-Type': 'text/plain'}}, body: JSON.stringify({{from: location.host}})}})
+          .then(() => {{ window.result.post = 'sent'; }}, () => {{ window.result.post = 'failed'; }});
+        </script>"#,
+        endpoint = ep.endpoint,
+        token = ep.token,
+        port = ep.port
+    );
+    let site = StaticSite::serve(page);
+    let mut chrome = aab_e2e::chromium::Chromium::launch_with(&["--host-resolver-rules=MAP evil.example 127.0.0.1"]);
+    let foreign = chrome.open(&format!("http://evil.example:{}/", site.port));
+    let local = chrome.open(&format!("http://localhost:{}/", site.port));
+    for tab in [&foreign, &local] {
+        chrome.wait_for(tab, "window.result && window.result.ws && window.result.post", Duration::from_secs(20));
+    }
+    assert_eq!(chrome.eval(&foreign, "location.origin"), json!(format!("http://evil.example:{}", site.port)));
+    assert_eq!(chrome.eval(&foreign, "window.result.ws"), json!("error"), "the foreign page must not get a socket");
+    assert_eq!(chrome.eval(&local, "window.result.ws"), json!("open"), "the loopback page is admitted");
+    // Ground truth on the server side: only the loopback page's POST was recorded.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let submissions = loop {
+        let v = ep.http("GET", "/sample/api/submissions", &[], b"").1;
+        let v: Value = serde_json::from_str(&v).expect("submissions JSON");
+        if v["count"].as_u64().unwrap_or(0) >= 1 || Instant::now() > deadline {
+            break v;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(submissions["count"], json!(1), "{submissions}");
+    assert_eq!(submissions["submissions"][0]["payload"]["from"], json!(format!("localhost:{}", site.port)), "{submissions}");
+    let status = ep.status();
+    assert!(status["endpointStats"]["originRefused"].as_u64().unwrap() >= 2, "{status}");
+    drop(chrome);
+}
+
+/// Open file descriptors of `pid`.
+fn open_fds(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+}
+
+#[test]
+fn web_accept_backs_off_when_out_of_file_handles_and_recovers() {
+    let ep = Endpoint::start(json!({"webPort": 0, "headerTimeoutMs": 60000}));
+    let pid = ep.env.runtime_pid().expect("runtime pid");
+    // Give the runtime only a few spare file handles.
+    let mut old = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: prlimit on a process of this test's own user, with valid pointers.
+    assert_eq!(unsafe { libc::prlimit(pid, libc::RLIMIT_NOFILE, std::ptr::null(), &mut old) }, 0, "read the runtime's limit");
+    let limit = open_fds(pid) as u64 + 6;
+    let low = libc::rlimit { rlim_cur: limit, rlim_max: old.rlim_max };
+    assert_eq!(unsafe { libc::prlimit(pid, libc::RLIMIT_NOFILE, &low, std::ptr::null_mut()) }, 0, "lower the runtime's limit");
+    // More connections than handles: the kernel completes them, accept() fails with EMFILE.
+    let held: Vec<std::net::TcpStream> = (0..24).map(|_| std::net::TcpStream::connect(("127.0.0.1", ep.port)).expect("connect")).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while (open_fds(pid) as u64) < limit {
+        assert!(Instant::now() < deadline, "the runtime never reached its file-handle limit ({} of {limit})", open_fds(pid));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Let the accept loop meet EMFILE for a while; a spinning loop would burn a core
+    // here (measured below as CPU time, reported, never asserted).
+    let cpu = |pid: i32| -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().collect()).unwrap_or_default();
+        fields.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0) + fields.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0)
+    };
+    let (cpu_before, at) = (cpu(pid), Instant::now());
+    std::thread::sleep(Duration::from_secs(2));
+    let (cpu_ticks, window) = (cpu(pid) - cpu_before, at.elapsed());
+    // Release everything and restore the limit.
+    drop(held);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::prlimit(pid, libc::RLIMIT_NOFILE, &old, std::ptr::null_mut()) }, 0, "restore the runtime's limit");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (code, _) = ep.http("GET", "/health", &[], b"");
+        if code == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the endpoint did not recover (last {code})");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let stats = ep.status()["endpointStats"].clone();
+    let errors = stats["acceptErrors"].as_u64().unwrap();
+    assert!(errors >= 1, "accept failures are counted: {stats}");
+    assert!(stats["lastAcceptError"].as_str().is_some_and(|e| e.contains("Too many open files") || e.contains("os error 24")), "{stats}");
+    eprintln!("EMFILE hold: {errors} accept errors, runtime CPU {cpu_ticks} ticks in {window:?} (a spinning loop uses ~100 ticks/s)");
+    assert_eq!(ep.ws(None).expect("upgrade after recovery").hello("after-emfile")["type"], json!("helloAck"));
+}

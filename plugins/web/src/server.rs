@@ -213,7 +213,8 @@ async fn serve_http(shared: Arc<Shared>, tcp: tokio::net::TcpStream, mut shutdow
     // whenever it waits for the next request head.
     let conn = http1::Builder::new().timer(TokioTimer::new()).header_read_timeout(header_timeout).keep_alive(true).serve_connection(io, service).with_upgrades();
     tokio::pin!(conn);
-    let idle_ms = HTTP_IDLE_TIMEOUT.as_millis() as u64;
+    // A longer configured header timeout is honoured rather than cut short.
+    let idle_ms = HTTP_IDLE_TIMEOUT.max(header_timeout).as_millis() as u64;
     let mut watchdog = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
