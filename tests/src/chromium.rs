@@ -61,6 +61,13 @@ impl Chromium {
     /// Launch headless Chromium with a fresh profile; panics with the install
     /// command when no browser is found.
     pub fn launch() -> Chromium {
+        Self::launch_with(&[])
+    }
+
+    /// [`Chromium::launch`] with extra command-line switches (for example
+    /// `--host-resolver-rules=MAP site.example 127.0.0.1` to give a local page a
+    /// foreign origin).
+    pub fn launch_with(extra: &[&str]) -> Chromium {
         let exe = find_chromium().unwrap_or_else(|| {
             panic!("Chromium is required for the Web scenarios and was not found on PATH; install it with: apt-get install -y chromium")
         });
@@ -79,6 +86,7 @@ impl Chromium {
                 "--remote-debugging-address=127.0.0.1",
                 "--remote-debugging-port=0",
             ])
+            .args(extra)
             .arg(format!("--user-data-dir={}", profile.path().display()))
             .arg("about:blank")
             .stdin(Stdio::null())

@@ -29,6 +29,7 @@
   var EXECUTION_SCHEMA = 'aab.web-execution/v1';
   var DOM_TARGET_SCHEMA = 'aab.web-dom-target/v1';
   var CAPTURE_SCHEMA = 'aab.web-capture/v1';
+  var OBSERVATION_SCHEMA = 'aab.ui-observation/v1';
   var TARGET_ID = 'main';
   var SESSION_STORAGE_KEY = 'ai_app_bridge_web_session_id';
   var JOURNAL_PREFIX = 'ai_app_bridge_web_journal:';
@@ -55,7 +56,10 @@
     stateProviders: 128,
     uiBatchMs: 250,
     uiBatchEvents: 200,
-    candidates: 10
+    candidates: 10,
+    observationMinMs: 100,
+    observationMaxMs: 5000,
+    observationIntervalMs: 200
   };
 
   var CONTROL_QUERY = 'a,button,input,textarea,select,[contenteditable="true"],[role],[onclick],[aria-label]';
@@ -401,7 +405,9 @@
       ui: [],
       uiTimer: null,
       mutations: 0,
+      mutationTotal: 0,
       mutationTimer: null,
+      observation: null,
       currentAction: null
     };
 
@@ -669,6 +675,7 @@
           // Mutation counts ride along with the next batch (or barrier) instead of
           // producing records of their own: an animated page would flood the stream.
           state.mutations += list.length;
+          state.mutationTotal += list.length;
         });
         mo.observe(document.documentElement, { childList: true, subtree: true, attributes: true, characterData: true });
         listeners.push([null, 'mutation', mo]);
@@ -738,15 +745,19 @@
           var p = originalFetch.apply(this, arguments);
           return p.then(function (res) {
             var finish = function (resBody) {
-              b.requestFinished();
-              b.recordNetwork('fetch-auto', assoc, { method: method, url: clip(url, 4096), status: res.status, ok: res.ok, durationMs: now() - started }, reqBody, resBody);
+              settle(reqBody).then(function (rb) {
+                b.requestFinished();
+                b.recordNetwork('fetch-auto', assoc, { method: method, url: clip(url, 4096), status: res.status, ok: res.ok, durationMs: now() - started }, rb, resBody);
+              });
             };
             if (b.options.captureResponseBodies) readBody(res.clone()).then(finish, function () { finish({ state: 'unavailable' }); });
             else finish({ state: 'disabled' });
             return res;
           }, function (err) {
-            b.requestFinished();
-            b.recordNetwork('fetch-auto', assoc, { method: method, url: clip(url, 4096), status: 0, ok: false, durationMs: now() - started, error: clip(err && err.message || String(err), 500) }, reqBody, { state: 'unavailable' });
+            settle(reqBody).then(function (rb) {
+              b.requestFinished();
+              b.recordNetwork('fetch-auto', assoc, { method: method, url: clip(url, 4096), status: 0, ok: false, durationMs: now() - started, error: clip(err && err.message || String(err), 500) }, rb, { state: 'unavailable' });
+            });
             throw err;
           });
         };
@@ -768,12 +779,15 @@
             var reqBody = b.options.captureRequestBodies ? bodyOf(body) : { state: 'disabled' };
             b.requestStarted();
             xhr.addEventListener('loadend', function () {
-              b.requestFinished();
               var resBody = { state: 'disabled' };
               if (b.options.captureResponseBodies) {
-                try { resBody = textBody(typeof xhr.response === 'string' ? xhr.response : (xhr.responseType === '' || xhr.responseType === 'text' ? xhr.responseText : null)); } catch (e) { resBody = { state: 'unsupported-body-type' }; }
+                try { resBody = xhrBody(xhr); } catch (e) { resBody = { state: 'unsupported-body-type' }; }
               }
-              b.recordNetwork('xhr-auto', assoc, { method: info.method, url: clip(info.url, 4096), status: xhr.status, ok: xhr.status >= 200 && xhr.status < 300, durationMs: now() - started }, reqBody, resBody);
+              var fields = { method: info.method, url: clip(info.url, 4096), status: xhr.status, ok: xhr.status >= 200 && xhr.status < 300, durationMs: now() - started };
+              Promise.all([settle(reqBody), settle(resBody)]).then(function (bodies) {
+                b.requestFinished();
+                b.recordNetwork('xhr-auto', assoc, fields, bodies[0], bodies[1]);
+              });
             });
           }
           return send.apply(this, arguments);
@@ -788,18 +802,79 @@
       return { state: 'complete', body: text, encoding: 'utf8' };
     }
 
+    // Binary bodies keep their bytes as base64 within the same 12000-character
+    // budget (9000 bytes); a longer body is `truncated` to its first 9000 bytes.
+    function bytesBody(bytes) {
+      if (!bytes) return { state: 'unsupported-body-type' };
+      if (!bytes.length) return { state: 'empty' };
+      var max = Math.floor(LIMITS.body / 4) * 3;
+      var cut = bytes.length > max;
+      return { state: cut ? 'truncated' : 'complete', body: base64(cut ? bytes.subarray(0, max) : bytes), encoding: 'base64' };
+    }
+
+    function base64(bytes) {
+      var bin = '';
+      for (var i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+      return btoa(bin);
+    }
+
+    function bytesOf(v) {
+      if (typeof ArrayBuffer === 'undefined' || v == null) return null;
+      if (v instanceof ArrayBuffer) return new Uint8Array(v);
+      if (ArrayBuffer.isView(v)) return new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
+      return null;
+    }
+
+    // A body whose reading is asynchronous (Blob), bounded like a response read.
+    function blobBody(blob) {
+      return new Promise(function (resolve) {
+        var timer = setTimeout(function () { resolve({ state: 'timeout' }); }, 2000);
+        blob.arrayBuffer().then(function (buf) { clearTimeout(timer); resolve(bytesBody(new Uint8Array(buf))); }, function () { clearTimeout(timer); resolve({ state: 'unavailable' }); });
+      });
+    }
+
+    // A body descriptor, or a promise of one.
+    function settle(body) { return Promise.resolve(body).then(null, function () { return { state: 'unavailable' }; }); }
+
     function bodyOf(body) {
       if (body == null) return { state: 'empty' };
       if (typeof body === 'string') return textBody(body);
       if (typeof URLSearchParams !== 'undefined' && body instanceof URLSearchParams) return textBody(body.toString());
+      var bytes = bytesOf(body);
+      if (bytes) return bytesBody(bytes);
+      if (typeof Blob !== 'undefined' && body instanceof Blob && typeof body.arrayBuffer === 'function') return blobBody(body);
       return { state: 'unsupported-body-type' };
+    }
+
+    var TEXTUAL = /^(text\/|application\/(json|xml|javascript|ecmascript|x-www-form-urlencoded|graphql)\b|application\/[^;]*\+(json|xml)\b|image\/svg\+xml)/i;
+
+    // Text when the declared type is textual (or undeclared and valid UTF-8), else base64.
+    function decodeBody(contentType, buf) {
+      var bytes = new Uint8Array(buf);
+      if (!bytes.length) return { state: 'empty' };
+      var type = String(contentType || '').trim();
+      if (typeof TextDecoder !== 'undefined') {
+        if (TEXTUAL.test(type)) return textBody(new TextDecoder('utf-8').decode(bytes));
+        if (!type) { try { return textBody(new TextDecoder('utf-8', { fatal: true }).decode(bytes)); } catch (e) { /* binary */ } }
+      }
+      return bytesBody(bytes);
     }
 
     function readBody(res) {
       return new Promise(function (resolve) {
         var timer = setTimeout(function () { resolve({ state: 'timeout' }); }, 2000);
-        res.text().then(function (t) { clearTimeout(timer); resolve(textBody(t)); }, function () { clearTimeout(timer); resolve({ state: 'unavailable' }); });
+        var type = res.headers && res.headers.get ? res.headers.get('content-type') : '';
+        res.arrayBuffer().then(function (buf) { clearTimeout(timer); resolve(decodeBody(type, buf)); }, function () { clearTimeout(timer); resolve({ state: 'unavailable' }); });
       });
+    }
+
+    function xhrBody(xhr) {
+      var t = xhr.responseType;
+      if (t === '' || t === 'text') return textBody(xhr.responseText);
+      if (t === 'arraybuffer') return bytesBody(bytesOf(xhr.response));
+      if (t === 'json') return xhr.response == null ? { state: 'empty' } : textBody(safeStringify(xhr.response));
+      if (t === 'blob' && xhr.response && typeof xhr.response.arrayBuffer === 'function') return blobBody(xhr.response);
+      return { state: 'unsupported-body-type' };
     }
 
     function recordNetwork(source, assoc, fields, reqBody, resBody) {
@@ -1256,6 +1331,95 @@
       journalWrite(j);
     }
 
+    // -------------------------------------------------------------- UI observation
+    // An on-demand lease (100..5000 ms) during which the page samples its UI every
+    // 200 ms (plus at start and end) into the `events` stream as
+    // `{category:"ui", name:"observation.sample"}` records, then one
+    // `observation.end`. One lease at a time; stop needs its leaseId.
+
+    function elapsedMs(t0) { return (root.performance && performance.now ? performance.now() : now()) - t0; }
+
+    function observationStatus() {
+      var o = state.observation;
+      var active = !!o && !o.ended;
+      return {
+        ok: true, schemaVersion: OBSERVATION_SCHEMA, mode: 'on-demand', active: active,
+        leaseId: o ? o.leaseId : null, durationMs: o ? o.durationMs : null,
+        remainingMs: active ? Math.max(0, o.until - now()) : 0,
+        maxDurationMs: LIMITS.observationMaxMs, intervalMs: LIMITS.observationIntervalMs,
+        sampleCount: o ? o.sampleCount : 0, maxSampleDurationMs: o ? Math.round(o.maxSampleDurationMs * 1000) / 1000 : 0,
+        startedAtMs: o ? o.startedAtMs : null, endedAtMs: o ? o.endedAtMs : null, endReason: o ? o.endReason : null,
+        target: target()
+      };
+    }
+
+    function observeSample(o, reason) {
+      var t0 = root.performance && performance.now ? performance.now() : now();
+      var focused = typeof document !== 'undefined' ? document.activeElement : null;
+      var sample = {
+        leaseId: o.leaseId, index: o.sampleCount + 1, reason: reason, atMs: now(),
+        title: clip(document.title, 1024), url: clip(currentUrl(), 4096), route: currentRoute(), navigationId: doc.navigationId,
+        readyState: document.readyState, controlCount: document.querySelectorAll(CONTROL_QUERY).length,
+        focused: focused && focused !== document.body && focused.nodeType === 1 ? { elementId: doc.ids.get(focused) || null, tag: tagOf(focused), id: attr(focused, 'id') } : null,
+        viewport: { width: root.innerWidth, height: root.innerHeight, scrollX: Math.round(root.scrollX), scrollY: Math.round(root.scrollY) },
+        mutations: state.mutationTotal - o.mutationBase,
+        bodyTextLength: document.body ? (document.body.innerText || '').length : 0
+      };
+      o.mutationBase = state.mutationTotal;
+      var took = elapsedMs(t0);
+      sample.durationMs = Math.round(took * 1000) / 1000;
+      o.sampleCount += 1;
+      o.maxSampleDurationMs = Math.max(o.maxSampleDurationMs, took);
+      var saved = state.currentAction;
+      state.currentAction = null;
+      record('events', 'ui-observation', { category: 'ui', name: 'observation.sample', leaseId: o.leaseId, sample: sample });
+      state.currentAction = saved;
+    }
+
+    function endObservation(o, reason) {
+      if (o.ended) return;
+      if (o.timer) { clearTimeout(o.timer); o.timer = null; }
+      if (!state.stopped) observeSample(o, reason);
+      o.ended = true;
+      o.endedAtMs = now();
+      o.endReason = reason;
+      if (!state.stopped) record('events', 'ui-observation', { category: 'ui', name: 'observation.end', leaseId: o.leaseId, reason: reason, sampleCount: o.sampleCount, durationMs: o.durationMs });
+    }
+
+    function observationTick(o) {
+      o.timer = null;
+      if (o.ended) return;
+      if (now() >= o.until) return endObservation(o, 'expired');
+      observeSample(o, 'interval');
+      o.timer = setTimeout(function () { observationTick(o); }, Math.min(LIMITS.observationIntervalMs, Math.max(0, o.until - now())));
+    }
+
+    function uiObservation(args) {
+      var op = args.operation;
+      var o = state.observation;
+      if (op === 'status') return observationStatus();
+      if (op === 'start') {
+        var d = args.durationMs;
+        if (!(typeof d === 'number' && Math.floor(d) === d && d >= LIMITS.observationMinMs && d <= LIMITS.observationMaxMs)) {
+          return fail('invalid_ui_observation_duration', 'durationMs must be an integer from ' + LIMITS.observationMinMs + ' to ' + LIMITS.observationMaxMs, { dispatched: false });
+        }
+        if (o && !o.ended) return fail('ui_observation_busy', 'an observation lease is active; stop it with its leaseId or wait ' + Math.max(0, o.until - now()) + ' ms', { dispatched: false, details: { remainingMs: Math.max(0, o.until - now()) } });
+        o = { leaseId: randomHex32(), durationMs: d, startedAtMs: now(), until: now() + d, sampleCount: 0, maxSampleDurationMs: 0, mutationBase: state.mutationTotal, ended: false, timer: null, endedAtMs: null, endReason: null };
+        state.observation = o;
+        observeSample(o, 'start');
+        o.timer = setTimeout(function () { observationTick(o); }, Math.min(LIMITS.observationIntervalMs, d));
+        return observationStatus();
+      }
+      if (op === 'stop') {
+        if (!o || o.leaseId !== args.leaseId) return fail('ui_observation_lease_mismatch', 'leaseId is not the current observation lease', { dispatched: false });
+        if (!o.ended) endObservation(o, 'stopped');
+        var st = observationStatus();
+        st.stopped = o.endReason === 'stopped';
+        return st;
+      }
+      return fail('invalid_ui_observation_operation', 'operation must be start, status or stop', { dispatched: false });
+    }
+
     // -------------------------------------------------------------- reads
 
     function onRead(msg) {
@@ -1268,6 +1432,8 @@
           result = dom.ok === false ? dom : { ok: true, dom: dom };
         } else if (payload.name === 'captureBarrier') {
           result = barrier(args.stream);
+        } else if (payload.name === 'uiObservation') {
+          result = uiObservation(args);
         } else {
           result = fail('unknown_web_read', 'unknown read ' + JSON.stringify(payload.name));
         }
@@ -1325,6 +1491,7 @@
         listeners.forEach(function (l) { if (l[0]) l[0].removeEventListener(l[1], l[2], l[3]); else if (l[2] && l[2].disconnect) l[2].disconnect(); });
         listeners = [];
         if (state.active) state.active.abort('stopped');
+        if (state.observation && !state.observation.ended) endObservation(state.observation, 'sdk-stopped');
         if (state.timer) { clearTimeout(state.timer); state.timer = null; }
         if (state.socket) { try { state.socket.close(1000, 'stopped'); } catch (e) { /* closing */ } }
         state.status = 'stopped';

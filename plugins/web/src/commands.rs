@@ -129,6 +129,7 @@ pub async fn invoke(shared: &Arc<Shared>, ctx: &Context<'_>, inv: &Invocation) -
         "web-state" => capture_read(shared, ctx, args, "state").await?,
         "web-events" => capture_read(shared, ctx, args, "events").await?,
         "web-execution" => execution(shared, ctx, args).await?,
+        "web-ui-observation" => ui_observation(shared, ctx, args).await?,
         "web-command" => raw_command(shared, ctx, inv).await?,
         other => return Err(ProviderError::new("unknown_command", format!("plugin `web` has no command `{other}`")).not_dispatched()),
     };
@@ -154,6 +155,8 @@ fn connect_json(s: &crate::state::ServerInfo) -> Value {
         "healthUrl": format!("{base}/health"),
         "sessionsUrl": format!("{base}/sessions"),
         "sampleAppUrl": s.sample_app.then(|| format!("{base}/sample/")),
+        "originPolicy": s.origins.to_json(),
+        "limits": wire::limits(&s.keep_alive),
     })
 }
 
@@ -162,6 +165,16 @@ async fn session_start(shared: &Arc<Shared>, ctx: &Context<'_>, args: &Value) ->
     let port = args.get("webPort").and_then(Value::as_u64).map(|p| p as u16).unwrap_or(wire::DEFAULT_PORT);
     let path = arg_str(args, "path").unwrap_or(wire::DEFAULT_PATH).to_string();
     let sample_app = args.get("sampleApp").and_then(Value::as_bool).unwrap_or(false);
+    let allowed_origins: Vec<String> = args.get("allowedOrigins").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(str::to_string).collect();
+    let ms = |key: &str, default: Duration| args.get(key).and_then(Value::as_u64).map(Duration::from_millis).unwrap_or(default);
+    let defaults = wire::KeepAlive::default();
+    let keep_alive = wire::KeepAlive {
+        ping_interval: ms("pingIntervalMs", defaults.ping_interval),
+        idle_timeout: ms("idleTimeoutMs", defaults.idle_timeout),
+        handshake_timeout: ms("handshakeTimeoutMs", defaults.handshake_timeout),
+        header_timeout: ms("headerTimeoutMs", defaults.header_timeout),
+    };
+    let timers_given = ["pingIntervalMs", "idleTimeoutMs", "handshakeTimeoutMs", "headerTimeoutMs"].iter().any(|k| args.get(*k).is_some());
     {
         let server = lock(&shared.server);
         if let Some(s) = server.as_ref() {
@@ -169,7 +182,9 @@ async fn session_start(shared: &Arc<Shared>, ctx: &Context<'_>, args: &Value) ->
                 && (port == 0 || s.port == port)
                 && s.path == path
                 && arg_str(args, "token").is_none_or(|t| t == s.token)
-                && (!sample_app || s.sample_app);
+                && (!sample_app || s.sample_app)
+                && allowed_origins.iter().all(|o| o == "*" && s.origins.any || crate::origin::normalise(o).is_some_and(|o| s.origins.allowed.contains(&o)))
+                && (!timers_given || s.keep_alive == keep_alive);
             if same {
                 let mut v = connect_json(s);
                 v["reused"] = json!(true);
@@ -185,7 +200,8 @@ async fn session_start(shared: &Arc<Shared>, ctx: &Context<'_>, args: &Value) ->
         None => crate::ids::token().map_err(|e| ProviderError::new("web_token_unavailable", e).not_dispatched())?,
     };
     ctx.mark_dispatched();
-    let info = server::start(shared.clone(), StartConfig { host, port, path, token, sample_app }).await?;
+    let env_origins = std::env::var(crate::origin::ENV_ALLOWED_ORIGINS).ok();
+    let info = server::start(shared.clone(), StartConfig { host, port, path, token, sample_app, allowed_origins, env_origins, keep_alive }).await?;
     let mut server = lock(&shared.server);
     if let Some(existing) = server.as_ref() {
         // A concurrent start won the race: keep its endpoint, retire this one.
@@ -232,7 +248,9 @@ fn provider_status(shared: &Shared) -> Value {
         "sockets": shared.socket_count(),
         "sessions": sessions.len(),
         "connected": sessions.values().filter(|s| s.conn.is_some()).count(),
-        "limits": wire::limits(),
+        "limits": wire::limits(&server.as_ref().map(|s| s.keep_alive).unwrap_or_default()),
+        "originPolicy": server.as_ref().map(|s| s.origins.to_json()),
+        "endpointStats": shared.endpoint_stats.to_json(),
         "execution": shared.exec.status(),
         "facts": shared.facts.status(),
         "ingressQueued": shared.captures.queued(),
@@ -386,6 +404,59 @@ fn dom_history(shared: &Shared, ctx: &Context<'_>, args: &Value, session_id: &st
         "throughCursor": upper.to_string(),
         "coverage": history_coverage(shared),
     }))
+}
+
+// ------------------------------------------------------------------ UI observation
+
+pub const UI_OBSERVATION_SCHEMA: &str = "aab.ui-observation/v1";
+
+/// `web-ui-observation`: an on-demand UI observation lease on the page (reference
+/// §4.9 contract shared with Android and iOS). The page samples its UI into the
+/// `events` capture stream while the lease runs; read them with `web-events`.
+async fn ui_observation(shared: &Shared, ctx: &Context<'_>, args: &Value) -> Result<Value, ProviderError> {
+    let session_id = required(args, "sessionId")?;
+    let runtime_epoch = required(args, "runtimeEpoch")?;
+    let operation = required(args, "operation")?;
+    let conn = shared.target(session_id, runtime_epoch)?;
+    let mut read_args = json!({"operation": operation});
+    for key in ["durationMs", "leaseId"] {
+        if let Some(v) = args.get(key) {
+            read_args[key] = v.clone();
+        }
+    }
+    let mutates = operation != "status";
+    if mutates {
+        ctx.mark_dispatched();
+    }
+    let reply = match read(shared, ctx, &conn, "uiObservation", read_args).await {
+        Ok(r) => r,
+        // The request left: a start or stop may have taken effect on the page.
+        Err(mut e) if mutates && e.error != "web_pending_limit" && e.error != "web_transport_capacity" && e.error != "web_target_disconnected" => {
+            e.dispatched = None;
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
+    if reply.get("ok") != Some(&Value::Bool(true)) {
+        let mut e = if arg_str(&reply, "error") == Some("unknown_web_read") {
+            ProviderError::new("web_ui_observation_unsupported", "the page's Web SDK has no UI observation; update ai-app-bridge-web.js")
+        } else {
+            page_error(&reply, "web_ui_observation_failed")
+        };
+        if e.error == "invalid_ui_observation_duration" {
+            e = e.with_field("durationMs");
+        } else if e.error == "ui_observation_lease_mismatch" {
+            e = e.with_field("leaseId");
+        }
+        return Err(e.not_dispatched());
+    }
+    if arg_str(&reply, "schemaVersion") != Some(UI_OBSERVATION_SCHEMA) || reply.get("target") != Some(&wire::target(session_id, runtime_epoch)) {
+        return Err(ProviderError::new("invalid_web_ui_observation", "the page's observation reply has the wrong schema or target").not_dispatched());
+    }
+    let mut value = reply;
+    value["operation"] = json!(operation);
+    value["stream"] = json!("events");
+    Ok(value)
 }
 
 // ------------------------------------------------------------------ actions

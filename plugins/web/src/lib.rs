@@ -19,8 +19,11 @@ mod commands;
 mod dom;
 mod execution;
 mod facts;
+#[cfg(test)]
+mod hostile_tests;
 mod ids;
 mod manifest;
+mod origin;
 mod sample;
 mod server;
 mod socket;

@@ -354,7 +354,14 @@ fn commands() -> Vec<CommandSpec> {
                 "webPort": {"type": "integer", "minimum": 0, "maximum": 65535, "default": 18180, "description": "Listen port (default 18180; 0 = any free port)"},
                 "path": {"type": "string", "pattern": "^/[A-Za-z0-9/_-]+$", "maxLength": 256, "default": "/ai-app-bridge-web", "description": "WebSocket path such as /ai-app-bridge-web (letters, digits, /, _ and -)"},
                 "token": {"type": "string", "pattern": "^[A-Za-z0-9_-]{16,256}$", "description": "Connection token (default: 24 random bytes, base64url)"},
-                "sampleApp": {"type": "boolean", "default": false, "description": "Also serve the bundled sample app under /sample/ (used by `aab demo`)"}
+                "sampleApp": {"type": "boolean", "default": false, "description": "Also serve the bundled sample app under /sample/ (used by `aab demo`)"},
+                "allowedOrigins": {"type": "array", "maxItems": 64, "uniqueItems": true,
+                                   "items": {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": "^(\\*|null|https?://[^/?#@\\s]+)$"},
+                                   "description": "Browser origins allowed besides the default (no Origin header, loopback http(s)://localhost|127.0.0.1|[::1] on any port, the endpoint's own origin); exact scheme://host[:port], `null`, or `*` for any. Also read from AI_APP_BRIDGE_WEB_ALLOWED_ORIGINS (comma-separated)"},
+                "pingIntervalMs": {"type": "integer", "minimum": 500, "maximum": 60000, "default": 20000, "description": "WebSocket ping interval"},
+                "idleTimeoutMs": {"type": "integer", "minimum": 1000, "maximum": 600000, "default": 60000, "description": "A page socket with no traffic (not even a pong) for this long is closed"},
+                "handshakeTimeoutMs": {"type": "integer", "minimum": 500, "maximum": 60000, "default": 5000, "description": "Time a new socket has to send its hello"},
+                "headerTimeoutMs": {"type": "integer", "minimum": 500, "maximum": 60000, "default": 10000, "description": "Time an HTTP request head may take to arrive; also ends idle keep-alive connections"}
             }),
             &[],
         ),
@@ -501,6 +508,31 @@ fn commands() -> Vec<CommandSpec> {
         ));
     }
 
+    let mut observation = target_spec(
+        "web-ui-observation",
+        "On-demand UI observation lease (100..5000 ms): the page samples title, URL, navigation, control count, focus, viewport and DOM mutations every 200 ms into the events stream (`observation.sample` records, read with web-events).",
+        Mutation::Conditional,
+        extend(
+            object(
+                props(json!({
+                    "operation": {"type": "string", "enum": ["start", "status", "stop"], "description": "start a lease, report it, or stop it early"},
+                    "durationMs": {"type": "integer", "minimum": 100, "maximum": 5000, "description": "Lease length (start)"},
+                    "leaseId": {"type": "string", "pattern": "^[0-9a-f]{32}$", "description": "The lease to stop (the `leaseId` of start)"}
+                })),
+                &["operation", "sessionId", "runtimeEpoch"],
+            ),
+            json!({"oneOf": [
+                {"properties": {"operation": {"const": "start"}, "leaseId": false}, "required": ["durationMs"]},
+                {"properties": {"operation": {"const": "status"}, "durationMs": false, "leaseId": false}},
+                {"properties": {"operation": {"const": "stop"}, "durationMs": false}, "required": ["leaseId"]}
+            ]}),
+        ),
+    );
+    observation.mutating_operations = vec!["start".to_string(), "stop".to_string()];
+    observation.script_permission = Some("capture.read".to_string());
+    observation.lane = Some("observation".to_string());
+    out.push(observation);
+
     let mut execution = target_spec(
         "web-execution",
         "Managed Web actions of a session: status, terminal result, cancel, and reconcile of actions whose completion was lost.",
@@ -551,7 +583,7 @@ mod tests {
     #[test]
     fn every_command_is_well_formed() {
         let m = manifest();
-        assert_eq!(m.commands.len(), 18);
+        assert_eq!(m.commands.len(), 19);
         for c in &m.commands {
             assert_eq!(c.domain, "web");
             assert_eq!(c.platform, "web");
@@ -570,5 +602,8 @@ mod tests {
         assert_eq!(by_name("web-command").role, "expert");
         assert_eq!(by_name("web-click").script_permission.as_deref(), Some("app.interact"));
         assert_eq!(by_name("web-logs").script_permission.as_deref(), Some("capture.read"));
+        let obs = by_name("web-ui-observation");
+        assert_eq!(obs.script_permission.as_deref(), Some("capture.read"));
+        assert_eq!(obs.mutating_operations, vec!["start".to_string(), "stop".to_string()]);
     }
 }

@@ -64,6 +64,17 @@ pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
             }
             json_response(StatusCode::OK, &json!({"ok": true, "id": id}))
         }
+        // Binary resources for network-capture tests: `size` bytes (default 256,
+        // at most 64 KiB) counting 0,1,…,255,0,…; `echo` answers the body it got.
+        (Method::GET, "/sample/api/blob") => {
+            let size = req.uri().query().and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("size="))).and_then(|n| n.parse::<usize>().ok()).unwrap_or(256);
+            let bytes: Vec<u8> = (0..size.min(MAX_BODY)).map(|i| (i % 256) as u8).collect();
+            respond(StatusCode::OK, "application/octet-stream", bytes)
+        }
+        (Method::POST, "/sample/api/echo") => match Limited::new(req.into_body(), MAX_BODY).collect().await {
+            Ok(b) => respond(StatusCode::OK, "application/octet-stream", b.to_bytes()),
+            Err(_) => json_response(StatusCode::PAYLOAD_TOO_LARGE, &json!({"ok": false, "error": "body_too_large"})),
+        },
         (Method::GET, "/sample/api/submissions") => {
             let list = lock(&shared.sample.submissions).clone();
             json_response(StatusCode::OK, &json!({"ok": true, "count": list.len(), "submissions": list}))

@@ -18,18 +18,24 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use crate::state::{Conn, OUTGOING_QUEUE, Outgoing, Shared};
-use crate::wire::{self, HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, PING_INTERVAL};
+use crate::wire::{self, KeepAlive};
 
 type Ws = WebSocketStream<TokioIo<Upgraded>>;
 
 /// Policy violation: the page must not reconnect blindly.
 const CLOSE_POLICY: u16 = 1008;
 
+/// How long a refused peer gets to take its error and close frames.
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 async fn close(ws: &mut (impl SinkExt<Message> + Unpin), code: u16, error: &str, message: &str) {
-    let _ = ws.send(Message::text(wire::error_frame(error, message).to_string())).await;
-    let frame = CloseFrame { code: CloseCode::from(code), reason: error.to_string().into() };
-    let _ = ws.send(Message::Close(Some(frame))).await;
-    let _ = ws.close().await;
+    let _ = tokio::time::timeout(CLOSE_GRACE, async {
+        let _ = ws.send(Message::text(wire::error_frame(error, message).to_string())).await;
+        let frame = CloseFrame { code: CloseCode::from(code), reason: error.to_string().into() };
+        let _ = ws.send(Message::Close(Some(frame))).await;
+        let _ = ws.close().await;
+    })
+    .await;
 }
 
 /// The first text frame as JSON (pings are answered by tungstenite).
@@ -44,15 +50,15 @@ async fn first_json(ws: &mut Ws) -> Result<Value, &'static str> {
     }
 }
 
-pub async fn serve(shared: Arc<Shared>, mut ws: Ws, provider_epoch: String, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve(shared: Arc<Shared>, mut ws: Ws, provider_epoch: String, keep_alive: KeepAlive, mut shutdown: watch::Receiver<bool>) {
     let hello = tokio::select! {
-        h = tokio::time::timeout(HANDSHAKE_TIMEOUT, first_json(&mut ws)) => h,
+        h = tokio::time::timeout(keep_alive.handshake_timeout, first_json(&mut ws)) => h,
         _ = shutdown.changed() => return,
     };
     let hello = match hello {
         Ok(Ok(v)) => v,
         Ok(Err(why)) => return close(&mut ws, CLOSE_POLICY, "invalid_web_hello", why).await,
-        Err(_) => return close(&mut ws, CLOSE_POLICY, "invalid_web_hello", "no hello within 5 s").await,
+        Err(_) => return close(&mut ws, CLOSE_POLICY, "invalid_web_hello", &format!("no hello within {} ms", keep_alive.handshake_timeout.as_millis())).await,
     };
     let hello = match wire::parse_hello(&hello) {
         Ok(h) => h,
@@ -71,16 +77,17 @@ pub async fn serve(shared: Arc<Shared>, mut ws: Ws, provider_epoch: String, mut 
     let binding = conn.binding().clone();
     let (mut sink, mut stream) = ws.split();
     let mut outcome: Option<(u16, String, String)> = None;
-    if sink.send(Message::text(wire::hello_ack(&binding).to_string())).await.is_ok() {
+    if matches!(tokio::time::timeout(keep_alive.handshake_timeout, sink.send(Message::text(wire::hello_ack(&binding, &keep_alive).to_string()))).await, Ok(Ok(()))) {
         let mut last_seen = Instant::now();
-        let mut ping = tokio::time::interval(PING_INTERVAL);
+        let mut ping = tokio::time::interval(keep_alive.ping_interval);
         ping.tick().await;
         loop {
             tokio::select! {
                 out = rx.recv() => match out {
                     Some(Outgoing::Frame(mut frame)) => {
                         frame["binding"] = binding.clone();
-                        if sink.send(Message::text(frame.to_string())).await.is_err() {
+                        // A page that stops reading fills the socket; give up after the idle timeout.
+                        if !matches!(tokio::time::timeout(keep_alive.idle_timeout, sink.send(Message::text(frame.to_string()))).await, Ok(Ok(()))) {
                             break;
                         }
                     }
@@ -103,14 +110,18 @@ pub async fn serve(shared: Arc<Shared>, mut ws: Ws, provider_epoch: String, mut 
                         outcome = Some((CLOSE_POLICY, "invalid_web_message".into(), "binary frames are not part of aab.web/v2".into()));
                         break;
                     }
-                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                    Some(Err(e)) => {
+                        outcome = stream_error(&e);
+                        break;
+                    }
+                    Some(Ok(Message::Close(_))) | None => break,
                     Some(Ok(Message::Frame(_))) => {}
                 },
                 _ = ping.tick() => {
-                    if last_seen.elapsed() > IDLE_TIMEOUT {
+                    if last_seen.elapsed() > keep_alive.idle_timeout {
                         break;
                     }
-                    if sink.send(Message::Ping(Vec::new().into())).await.is_err() {
+                    if !matches!(tokio::time::timeout(keep_alive.idle_timeout, sink.send(Message::Ping(Vec::new().into()))).await, Ok(Ok(()))) {
                         break;
                     }
                 }
@@ -124,15 +135,32 @@ pub async fn serve(shared: Arc<Shared>, mut ws: Ws, provider_epoch: String, mut 
     // Mark the connection gone before anything else so waiting calls see it at once.
     let _ = closed_tx.send(true);
     shared.unregister(conn.session_id(), conn.connection_id());
-    if let Some((code, error, message)) = outcome {
-        let _ = sink.send(Message::text(wire::error_frame(&error, &message).to_string())).await;
-        let _ = sink.send(Message::Close(Some(CloseFrame { code: CloseCode::from(code), reason: error.into() }))).await;
+    // A peer that stopped reading must not hold this task: the goodbye is bounded.
+    let _ = tokio::time::timeout(CLOSE_GRACE, async {
+        if let Some((code, error, message)) = outcome {
+            let _ = sink.send(Message::text(wire::error_frame(&error, &message).to_string())).await;
+            let _ = sink.send(Message::Close(Some(CloseFrame { code: CloseCode::from(code), reason: error.into() }))).await;
+        }
+        let _ = sink.close().await;
+    })
+    .await;
+}
+
+/// How a transport error ends the socket: oversized messages (1009), text that is
+/// not UTF-8 (1007) and broken framing (1002) get the protocol's error frame; a
+/// vanished peer gets nothing.
+fn stream_error(e: &tokio_tungstenite::tungstenite::Error) -> Option<(u16, String, String)> {
+    use tokio_tungstenite::tungstenite::Error as E;
+    match e {
+        E::Capacity(_) => Some((1009, "web_message_too_large".into(), format!("a message exceeds {} bytes", wire::MAX_PAYLOAD))),
+        E::Utf8(_) => Some((1007, "invalid_web_message".into(), "a text frame is not UTF-8".into())),
+        E::Protocol(p) => Some((1002, "invalid_web_message".into(), format!("WebSocket protocol error: {p}"))),
+        _ => None,
     }
-    let _ = sink.close().await;
 }
 
 /// Handle one text frame; Err = close the socket with 1008 and this error.
-fn on_frame(shared: &Shared, conn: &Conn, provider_epoch: &str, text: &str) -> Result<(), (&'static str, String)> {
+pub(crate) fn on_frame(shared: &Shared, conn: &Conn, provider_epoch: &str, text: &str) -> Result<(), (&'static str, String)> {
     let Ok(frame) = serde_json::from_str::<Value>(text) else {
         return Err(("invalid_web_message", "the frame is not JSON".into()));
     };

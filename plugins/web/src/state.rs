@@ -5,7 +5,7 @@
 //! `requestId`, at most 64 outstanding).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use aab_plugin_api::ProviderError;
@@ -16,8 +16,9 @@ use crate::capture::Captures;
 use crate::execution::ExecTable;
 use crate::facts::Facts;
 use crate::ids::{hex32, now_ms};
+use crate::origin::OriginPolicy;
 use crate::sample::SampleApi;
-use crate::wire::{self, Hello, MAX_PENDING, MAX_SESSIONS};
+use crate::wire::{self, Hello, KeepAlive, MAX_PENDING, MAX_SESSIONS};
 
 pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -194,6 +195,8 @@ pub struct ServerInfo {
     pub path: String,
     pub token: String,
     pub sample_app: bool,
+    pub origins: OriginPolicy,
+    pub keep_alive: KeepAlive,
     pub provider_epoch: String,
     pub started_at_ms: u64,
     pub shutdown: watch::Sender<bool>,
@@ -210,6 +213,32 @@ impl ServerInfo {
     }
 }
 
+/// Counters of the HTTP endpoint, for `web-provider-status`.
+#[derive(Default)]
+pub struct EndpointStats {
+    /// Connections currently speaking HTTP (not yet upgraded).
+    pub http_connections: AtomicUsize,
+    /// Connections answered 503 because [`crate::server::MAX_HTTP_CONNECTIONS`] were open.
+    pub refused: AtomicU64,
+    /// Requests refused by the origin policy.
+    pub origin_refused: AtomicU64,
+    pub accept_errors: AtomicU64,
+    pub last_accept_error: Mutex<Option<String>>,
+}
+
+impl EndpointStats {
+    pub fn to_json(&self) -> Value {
+        json!({
+            "httpConnections": self.http_connections.load(Ordering::SeqCst),
+            "maxHttpConnections": crate::server::MAX_HTTP_CONNECTIONS,
+            "refusedConnections": self.refused.load(Ordering::Relaxed),
+            "originRefused": self.origin_refused.load(Ordering::Relaxed),
+            "acceptErrors": self.accept_errors.load(Ordering::Relaxed),
+            "lastAcceptError": lock(&self.last_accept_error).clone(),
+        })
+    }
+}
+
 /// Everything the provider shares between calls and server tasks.
 #[derive(Default)]
 pub struct Shared {
@@ -217,6 +246,7 @@ pub struct Shared {
     pub sessions: Mutex<HashMap<String, Session>>,
     /// Open WebSocket connections (accepted upgrades, before or after hello).
     pub sockets: AtomicUsize,
+    pub endpoint_stats: EndpointStats,
     pub exec: ExecTable,
     pub captures: Captures,
     pub facts: Facts,

@@ -30,6 +30,24 @@ pub const MAX_PENDING: usize = 64;
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const PING_INTERVAL: Duration = Duration::from_secs(20);
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// A request head must arrive within this (also ends idle keep-alive HTTP connections).
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The endpoint's timers: the contract's defaults, adjustable per endpoint
+/// (`web-session-start --ping-interval-ms ...`) and announced in `helloAck`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KeepAlive {
+    pub ping_interval: Duration,
+    pub idle_timeout: Duration,
+    pub handshake_timeout: Duration,
+    pub header_timeout: Duration,
+}
+
+impl Default for KeepAlive {
+    fn default() -> Self {
+        KeepAlive { ping_interval: PING_INTERVAL, idle_timeout: IDLE_TIMEOUT, handshake_timeout: HANDSHAKE_TIMEOUT, header_timeout: HEADER_TIMEOUT }
+    }
+}
 pub const FORGET_AFTER: Duration = Duration::from_secs(300);
 /// A stored `aab.web-fact/v1` record.
 pub const MAX_FACT_BYTES: usize = 128 * 1024;
@@ -42,15 +60,19 @@ const MAX_ORIGIN: usize = 1024;
 const MAX_ROUTE: usize = 4096;
 
 /// The limits announced in `helloAck`, so the page can size its queues.
-pub fn limits() -> Value {
+pub fn limits(keep_alive: &KeepAlive) -> Value {
     json!({
         "maxMessageBytes": MAX_PAYLOAD,
         "maxCaptureRecordBytes": 124 * 1024,
         "maxFactBytes": MAX_FACT_BYTES,
         "maxCompletionBytes": MAX_COMPLETION_BYTES,
         "maxPendingRequests": MAX_PENDING,
-        "pingIntervalMs": PING_INTERVAL.as_millis() as u64,
-        "idleTimeoutMs": IDLE_TIMEOUT.as_millis() as u64,
+        "maxSockets": MAX_SOCKETS,
+        "maxSessions": MAX_SESSIONS,
+        "pingIntervalMs": keep_alive.ping_interval.as_millis() as u64,
+        "idleTimeoutMs": keep_alive.idle_timeout.as_millis() as u64,
+        "handshakeTimeoutMs": keep_alive.handshake_timeout.as_millis() as u64,
+        "headerTimeoutMs": keep_alive.header_timeout.as_millis() as u64,
     })
 }
 
@@ -121,8 +143,8 @@ pub fn error_frame(code: &str, message: &str) -> Value {
     json!({"type": "error", "error": code, "message": message})
 }
 
-pub fn hello_ack(binding: &Value) -> Value {
-    json!({"type": "helloAck", "ok": true, "binding": binding, "limits": limits()})
+pub fn hello_ack(binding: &Value, keep_alive: &KeepAlive) -> Value {
+    json!({"type": "helloAck", "ok": true, "binding": binding, "limits": limits(keep_alive)})
 }
 
 /// The `target` object of a page command and of barrier replies.
