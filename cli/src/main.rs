@@ -11,6 +11,7 @@
 mod argv;
 mod demo;
 mod mcp;
+mod mcp_wire;
 
 use std::io::{self, Write};
 
