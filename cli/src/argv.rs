@@ -1121,4 +1121,80 @@ mod tests {
         assert_eq!(r.error.field.as_deref(), Some("argv[2]"));
         assert_eq!(rejected("--help intent --operation a --operation b").error.code, "duplicate_argument");
     }
+
+    // -- hostile input -------------------------------------------------------
+
+    /// The argv corpus (`tests/corpus/argv`): every case parses without a panic
+    /// into one contract rejection (the code is checked end to end, where the
+    /// registry's schema is known).
+    #[test]
+    fn argv_corpus_replays() {
+        use std::os::unix::ffi::OsStringExt;
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/corpus/argv");
+        let mut replayed = 0;
+        for entry in std::fs::read_dir(&dir).expect("corpus dir").flatten() {
+            let path = entry.path();
+            if path.extension().is_none_or(|e| e != "argv") {
+                continue;
+            }
+            let bytes = std::fs::read(&path).expect("case");
+            let args: Vec<OsString> = bytes.split(|b| *b == 0).map(|a| OsString::from_vec(a.to_vec())).collect();
+            let outcome = match parse_os(&args) {
+                Ok(Invocation::Command(c)) => c.into_request(None).map(|_| ()),
+                Ok(_) => Ok(()),
+                Err(r) => Err(r),
+            };
+            if let Err(r) = outcome {
+                assert!(!r.error.code.is_empty() && r.error.dispatched == Some(false), "{}: {:?}", path.display(), r);
+            }
+            replayed += 1;
+        }
+        assert!(replayed >= 5, "only {replayed} argv corpus cases");
+    }
+
+    mod properties {
+        use std::os::unix::ffi::OsStringExt;
+
+        use proptest::prelude::*;
+
+        use super::*;
+
+        /// Tokens that reach the parser's branches, and arbitrary bytes.
+        fn token() -> impl Strategy<Value = Vec<u8>> {
+            let known: Vec<&'static [u8]> = vec![
+                b"runtime", b"--operation", b"status", b"--help", b"-h", b"help", b"--version", b"version", b"--extract", b"null",
+                b"--output", b"{", b"[1]", b"--", b"-5", b"99999999999999999999999", b"plugins", b"list", b"bundle", b"verify",
+                b"--out", b"mcp", b"demo", b"--browser", b"runtime-daemon", b"--category", b"--extra", b"--limit", b"--scale",
+                b"--maybe-count", b"--selector", b"--target", b"\xff", b"--\xff", b"\xc3\x28", b"tap", b"--Bad",
+            ];
+            prop_oneof![
+                3 => prop::sample::select(known).prop_map(<[u8]>::to_vec),
+                1 => prop::collection::vec(any::<u8>(), 0..12),
+                1 => "[a-z0-9-]{0,10}".prop_map(|s| format!("--{s}").into_bytes()),
+                1 => "[ -~]{0,12}".prop_map(String::into_bytes),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(1024))]
+
+            /// Any argv parses without a panic into an invocation or one contract
+            /// rejection; a command's request typing never panics either.
+            #[test]
+            fn any_argv_gives_an_invocation_or_a_contract_error(tokens in prop::collection::vec(token(), 0..9)) {
+                let args: Vec<OsString> = tokens.into_iter().map(OsString::from_vec).collect();
+                let rejection = match parse_os(&args) {
+                    Ok(Invocation::Command(c)) => c.into_request(Some(&schema())).err(),
+                    Ok(_) => None,
+                    Err(r) => Some(r),
+                };
+                if let Some(r) = rejection {
+                    prop_assert!(!r.error.code.is_empty());
+                    prop_assert!(!r.error.message.is_empty());
+                    prop_assert_eq!(r.error.dispatched, Some(false));
+                    prop_assert!(!r.error.ambiguous);
+                }
+            }
+        }
+    }
 }

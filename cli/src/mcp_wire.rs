@@ -489,4 +489,144 @@ mod tests {
         assert_eq!(replies.len(), 1, "{out}");
         assert_eq!(code_and_id(&replies[0]), (PARSE_ERROR, json!(2)));
     }
+
+    /// The one property of a classified line: a line that carries a request id
+    /// (readable or not) is never ignored, and a reply we write is a JSON-RPC
+    /// error with an `id` member that is the request's id when it is known.
+    fn check_line(line: &[u8]) -> Result<(), String> {
+        let text = line.strip_suffix(b"\r").unwrap_or(line);
+        let text = text.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(text);
+        let parsed: Option<Value> = serde_json::from_slice(text).ok();
+        let object_id = parsed.as_ref().and_then(|v| v.get("id")).cloned();
+        match classify(line) {
+            Verdict::Reply(reply) => {
+                let id = reply.get("id").ok_or("a reply without an `id` member")?;
+                if reply["jsonrpc"] != json!("2.0") || !reply["error"]["message"].is_string() {
+                    return Err(format!("not a JSON-RPC error: {reply}"));
+                }
+                let code = reply["error"]["code"].as_i64().ok_or("no error code")?;
+                if ![PARSE_ERROR, INVALID_REQUEST, INVALID_PARAMS].contains(&code) {
+                    return Err(format!("unexpected code {code}"));
+                }
+                if !(id.is_null() || valid_id(id)) {
+                    return Err(format!("reply id {id} is not a valid id"));
+                }
+                match (&parsed, &object_id) {
+                    (Some(_), Some(known)) if valid_id(known) && id != known => return Err(format!("reply id {id}, request id {known}")),
+                    (None, _) if code != PARSE_ERROR => return Err("an unparseable line must be a parse error".into()),
+                    (None, _) => {
+                        if let Some(recovered) = recover_id(text)
+                            && &recovered != id
+                        {
+                            return Err(format!("reply id {id}, recoverable id {recovered}"));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Verdict::Forward(message) => {
+                if !parsed.as_ref().is_some_and(Value::is_object) {
+                    return Err(format!("forwarded a line that is not a JSON object: {message:?}"));
+                }
+            }
+            Verdict::Ignore => match &parsed {
+                None if !text.iter().all(u8::is_ascii_whitespace) => return Err("ignored an unparseable line".into()),
+                Some(v) if v.get("id").is_some() || !v.is_object() => return Err(format!("ignored {v}")),
+                _ => {}
+            },
+        }
+        Ok(())
+    }
+
+    /// The MCP corpus (`tests/corpus/mcp`): each case classified as expected.
+    #[test]
+    fn mcp_corpus_replays() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/corpus/mcp");
+        let expected: Map<String, Value> = serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).expect("expected.json")).expect("parses");
+        assert!(expected.len() >= 5);
+        for (name, want) in expected {
+            let line = std::fs::read(dir.join(format!("{name}.line"))).expect("case");
+            check_line(&line).unwrap_or_else(|e| panic!("{name}: {e}"));
+            match (classify(&line), want.get("reply")) {
+                (Verdict::Reply(_) | Verdict::Forward(_), Some(Value::Bool(false))) => {}
+                (Verdict::Ignore, Some(Value::Bool(false))) => {}
+                (Verdict::Reply(reply), _) => {
+                    assert_eq!(code_and_id(&reply), (want["code"].as_i64().unwrap(), want["id"].clone()), "{name}");
+                }
+                (other, _) => panic!("{name}: expected a reply, got {other:?}"),
+            }
+        }
+    }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        fn id() -> impl Strategy<Value = String> {
+            prop_oneof![
+                any::<i64>().prop_map(|n| n.to_string()),
+                "[a-z0-9]{0,6}".prop_map(|s| format!("\"{s}\"")),
+                prop::sample::select(vec!["null", "1.5", "{}", "[]", "true", "99999999999999999999", "\"\\ud800\""]).prop_map(str::to_string),
+            ]
+        }
+
+        fn fragment() -> impl Strategy<Value = String> {
+            prop::sample::select(vec![
+                "{}", "[]", "\"\\ud800\"", "\"\\udc00x\"", "[[[[[[[[", "]]]]", "{\"a\":", "null", "\"", "\\", "\"arguments\":[]",
+                "{\"name\":\"run\",\"arguments\":[]}", "{\"name\":\"run\",\"arguments\":{}}", "7", "\"x\"",
+            ])
+            .prop_map(str::to_string)
+        }
+
+        /// JSON-RPC-shaped text: real members in any order, some missing, some
+        /// broken, then maybe cut short or spliced with raw bytes.
+        fn rpc_line() -> impl Strategy<Value = Vec<u8>> {
+            let method = prop_oneof![
+                prop::sample::select(vec!["\"tools/call\"", "\"tools/list\"", "\"ping\"", "\"initialize\"", "\"nope\"", "\"notifications/initialized\"", "7", "null"])
+                    .prop_map(str::to_string),
+            ];
+            let members = (
+                prop::option::of(prop::sample::select(vec!["\"2.0\"", "\"1.0\"", "2"]).prop_map(str::to_string)),
+                prop::option::of(id()),
+                prop::option::of(method),
+                prop::option::of(fragment()),
+                prop::option::of(prop::collection::vec(fragment(), 0..4).prop_map(|f| f.concat())),
+            );
+            (members, any::<prop::sample::Index>(), any::<bool>(), prop::collection::vec(any::<u8>(), 0..3), any::<prop::sample::Index>())
+                .prop_map(|((jsonrpc, id, method, params, extra), cut, do_cut, noise, at)| {
+                    let mut parts = Vec::new();
+                    if let Some(v) = jsonrpc { parts.push(format!("\"jsonrpc\":{v}")); }
+                    if let Some(v) = params { parts.push(format!("\"params\":{v}")); }
+                    if let Some(v) = id { parts.push(format!("\"id\":{v}")); }
+                    if let Some(v) = method { parts.push(format!("\"method\":{v}")); }
+                    if let Some(v) = extra { parts.push(format!("\"x\":{v}")); }
+                    let mut bytes = format!("{{{}}}", parts.join(",")).into_bytes();
+                    if do_cut {
+                        bytes.truncate(cut.index(bytes.len() + 1));
+                    }
+                    if !noise.is_empty() {
+                        let at = at.index(bytes.len() + 1);
+                        bytes.splice(at..at, noise);
+                    }
+                    bytes
+                })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2048))]
+
+            #[test]
+            fn arbitrary_bytes_get_at_most_their_one_reply(line in prop::collection::vec(any::<u8>(), 0..96)) {
+                let line: Vec<u8> = line.into_iter().filter(|b| *b != b'\n').collect();
+                prop_assert_eq!(check_line(&line), Ok(()));
+            }
+
+            #[test]
+            fn json_rpc_shaped_lines_get_their_one_reply(line in rpc_line()) {
+                let line: Vec<u8> = line.into_iter().filter(|b| *b != b'\n').collect();
+                prop_assert_eq!(check_line(&line), Ok(()), "{}", String::from_utf8_lossy(&line));
+            }
+        }
+    }
 }

@@ -222,4 +222,87 @@ mod tests {
         let text = payload["inputSchema"].to_string();
         assert!(text.contains("archiveDir") && text.contains("manifestSha256"), "{text}");
     }
+
+    /// The request corpus (`tests/corpus/request`): inputs that once got through or
+    /// broke validation, with the error each must get.
+    #[test]
+    fn request_corpus_replays() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/corpus/request");
+        let expected: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).expect("expected.json")).expect("expected.json parses");
+        assert!(!expected.is_empty());
+        let registry = Registry::new(super::specs());
+        for (name, want) in expected {
+            let request: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{name}.json"))).expect("case")).expect("case parses");
+            let command = request["command"].as_str().expect("command");
+            let e = registry.validate(command, &request["arguments"]).expect_err(&name);
+            assert_eq!(Some(e.code.as_str()), want["error"].as_str(), "{name}: {e}");
+            if let Some(field) = want.get("field") {
+                assert_eq!(e.field.as_deref(), field.as_str(), "{name}: {e}");
+            }
+        }
+    }
+
+    mod properties {
+        use proptest::prelude::*;
+        use serde_json::{Value, json};
+
+        use crate::registry::Registry;
+
+        /// Field names the built-ins know (so generated objects reach their
+        /// branches) plus arbitrary ones.
+        fn key() -> impl Strategy<Value = String> {
+            prop_oneof![
+                prop::sample::select(vec![
+                    "operation", "serial", "actionId", "runtimeEpoch", "namespace", "operationId", "outputDir", "archiveDir",
+                    "manifestSha256", "includeRecordedPayloads", "cancelRequestId", "requestId", "timeoutMs", "feedback", "ref",
+                    "goal", "target", "decision", "afterSequence", "limit", "require", "budget", "source", "language",
+                ])
+                .prop_map(str::to_string),
+                ".{0,6}",
+            ]
+        }
+
+        fn leaf() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::Bool),
+                any::<i64>().prop_map(|n| json!(n)),
+                any::<u64>().prop_map(|n| json!(n)),
+                any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| json!(f)),
+                prop::sample::select(vec!["status", "start", "stop", "cancel", "verify", "export", "receipt", "reconcile", "read", "decide", "intent"])
+                    .prop_map(|s| json!(s)),
+                ".{0,12}".prop_map(Value::String),
+            ]
+        }
+
+        fn value() -> impl Strategy<Value = Value> {
+            leaf().prop_recursive(8, 96, 6, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                    prop::collection::vec((key(), inner), 0..6).prop_map(|pairs| Value::Object(pairs.into_iter().collect())),
+                ]
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            /// Validation of arbitrary JSON never panics, and every rejection is a
+            /// contract error: a known code, dispatched:false, a field to point at.
+            #[test]
+            fn validation_of_arbitrary_arguments_never_panics(arguments in value(), pick in any::<prop::sample::Index>()) {
+                let registry = Registry::new(super::super::specs());
+                let names: Vec<String> = registry.iter().map(|c| c.spec.command.clone()).collect();
+                let command = &names[pick.index(names.len())];
+                if let Err(e) = registry.validate(command, &arguments) {
+                    prop_assert!(["invalid_argument", "missing_argument", "unsupported_argument"].contains(&e.code.as_str()), "{e}");
+                    prop_assert_eq!(e.dispatched, Some(false));
+                    // The field names the offending key (which may itself be `""`).
+                    prop_assert!(e.field.is_some(), "{e}");
+                    prop_assert!(!e.message.is_empty());
+                }
+            }
+        }
+    }
 }
