@@ -200,6 +200,11 @@ mod tests {
             rejected("device-ownership", json!({"operation": "reconcile", "serial": "s", "runtimeEpoch": "00000000-0000-0000-0000-000000000000"})),
             unsupported("runtimeEpoch")
         );
+        // The message names the operation that does not accept the field.
+        let registry = Registry::new(super::specs());
+        let e = registry.validate("runtime", &json!({"operation": "status", "cancelRequestId": "x"})).unwrap_err();
+        assert!(e.message.contains("operation `status`"), "{}", e.message);
+        assert_eq!(e.details, Some(json!({"operation": "status"})));
         // Still required where they belong.
         assert_eq!(rejected("runtime", json!({"operation": "cancel"})), ("missing_argument".to_string(), Some("cancelRequestId".to_string())));
         assert_eq!(rejected("device-ownership", json!({"operation": "status"})), ("missing_argument".to_string(), Some("serial".to_string())));
