@@ -622,6 +622,52 @@ mod tests {
                 prop_assert_eq!(check_line(&line), Ok(()));
             }
 
+            /// Through the reader: a stream of lines (CRLF or LF, the last one maybe
+            /// without a newline) yields, per line, exactly what `classify` says:
+            /// one forwarded message or one written reply for every line that is
+            /// not ignored, in order, and nothing else.
+            #[test]
+            fn the_reader_handles_each_line_once(lines in prop::collection::vec(prop_oneof![rpc_line(), prop::collection::vec(any::<u8>(), 0..24)], 0..8), crlf in any::<bool>(), last_newline in any::<bool>()) {
+                let lines: Vec<Vec<u8>> = lines.into_iter().map(|l| l.into_iter().filter(|b| *b != b'\n' && *b != b'\r').collect()).collect();
+                let mut input = Vec::new();
+                for (i, line) in lines.iter().enumerate() {
+                    input.extend_from_slice(line);
+                    if i + 1 < lines.len() || last_newline {
+                        input.extend_from_slice(if crlf { b"\r\n" } else { b"\n" });
+                    }
+                }
+                let mut expected_forwards = 0;
+                let mut expected_replies = 0;
+                for (i, line) in lines.iter().enumerate() {
+                    // A final empty line without a newline is no line at all.
+                    if i + 1 == lines.len() && !last_newline && line.is_empty() {
+                        continue;
+                    }
+                    match classify(line) {
+                        Verdict::Forward(message) => {
+                            // Before the first forwarded request, other messages are dropped.
+                            if matches!(*message, JsonRpcMessage::Request(_)) || expected_forwards > 0 {
+                                expected_forwards += 1;
+                            }
+                        }
+                        Verdict::Reply(_) => expected_replies += 1,
+                        Verdict::Ignore => {}
+                    }
+                }
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                let (forwards, replies) = runtime.block_on(async move {
+                    use futures_util::StreamExt;
+                    let (out_write, mut out_read) = tokio::io::duplex(1 << 20);
+                    let writer = shared_writer(out_write);
+                    let forwarded: Vec<ClientJsonRpcMessage> = LineReader::new(std::io::Cursor::new(input), writer.clone()).into_stream().collect().await;
+                    drop(writer);
+                    let mut out = String::new();
+                    tokio::io::AsyncReadExt::read_to_string(&mut out_read, &mut out).await.unwrap();
+                    (forwarded.len(), out.lines().count())
+                });
+                prop_assert_eq!((forwards, replies), (expected_forwards, expected_replies));
+            }
+
             #[test]
             fn json_rpc_shaped_lines_get_their_one_reply(line in rpc_line()) {
                 let line: Vec<u8> = line.into_iter().filter(|b| *b != b'\n').collect();
