@@ -74,7 +74,7 @@ pub fn serve(client: Result<Client, CommandError>) -> i32 {
         // rmcp reads through the line filter (mcp_wire): every line with an id is
         // answered, including the ones rmcp's own reader would drop.
         let writer = mcp_wire::shared_writer(stdout);
-        let lines = mcp_wire::LineReader::new(tokio::io::BufReader::new(HoldEof::new(stdin, in_flight)), writer.clone());
+        let lines = mcp_wire::LineReader::new(tokio::io::BufReader::with_capacity(64 * 1024, HoldEof::new(stdin, in_flight)), writer.clone());
         let transport = (mcp_wire::message_sink(writer), lines.into_stream());
         let service = match adapter.serve(transport).await {
             Ok(service) => service,

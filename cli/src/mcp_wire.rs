@@ -320,6 +320,10 @@ impl<R: AsyncBufRead + Unpin + Send + 'static> LineReader<R> {
                 }
             };
             self.line.clear();
+            // One huge message must not pin its buffer for the rest of the session.
+            if self.line.capacity() > 1024 * 1024 {
+                self.line.shrink_to(ID_SCAN_BYTES);
+            }
             match verdict {
                 Verdict::Forward(message) => {
                     let message = *message;
