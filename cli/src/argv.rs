@@ -6,15 +6,16 @@
 //!
 //! `argv[i]` in error fields counts the arguments after the program name from 0,
 //! so `aab devices --Bad` reports `argv[1]`.
+//!
+//! The process arguments arrive as `OsString`s ([`parse_os`]): an argument that is
+//! not UTF-8 is an `invalid_argument` naming it, never a panic.
 
 use std::collections::HashSet;
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use aab_host::CommandError;
 use serde_json::{Map, Value};
-
-/// Command used when flags are given without a command token.
-const DEFAULT_COMMAND: &str = "status";
 
 /// Flags that may repeat; every occurrence is collected into an array.
 const REPEATABLE: [&str; 2] = ["category", "extra"];
@@ -86,6 +87,40 @@ struct Flag {
     value: Option<String>,
 }
 
+/// Parse the process arguments after the program name. Every argument must be
+/// UTF-8 (flag names, values and paths alike): the first one that is not is an
+/// `invalid_argument` whose field is the flag it is the value of, else `argv[i]`.
+pub fn parse_os(args: &[OsString]) -> Result<Invocation, Rejection> {
+    let lossy: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let Some(bad) = args.iter().position(|a| a.to_str().is_none()) else {
+        return parse(&lossy);
+    };
+    // The syntactic pass over the lossy text only names the command and the flag
+    // the bad argument belongs to; nothing of it is executed.
+    let scanned = scan(&lossy);
+    let command = scanned.command.as_ref().filter(|(_, at)| *at != bad).map(|(name, _)| name.clone());
+    let command = match lossy[0].as_str() {
+        "mcp" | "plugins" | "demo" | "runtime-daemon" if bad != 0 => Some(lossy[0].clone()),
+        _ => command,
+    };
+    let field = scanned.flags.iter().find(|f| f.value_index == Some(bad)).map_or_else(|| argv_field(bad), |f| f.flag.name.clone());
+    let error = CommandError::invalid(
+        field,
+        format!("argument argv[{bad}] is not valid UTF-8 (read as {}); arguments must be UTF-8 text", Value::String(clip(&lossy[bad], 80))),
+    )
+    .with_details(serde_json::json!({"argv": bad}));
+    Err(Rejection { command, error })
+}
+
+fn clip(text: &str, max_chars: usize) -> String {
+    if text.chars().count() <= max_chars {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(max_chars).collect();
+    out.push('…');
+    out
+}
+
 /// Parse the arguments after the program name.
 pub fn parse(args: &[String]) -> Result<Invocation, Rejection> {
     if args.is_empty() {
@@ -109,13 +144,21 @@ pub fn parse(args: &[String]) -> Result<Invocation, Rejection> {
     let scan = scan(args);
     let command = scan.command.as_ref().map(|(name, _)| name.clone());
     if let Some(error) = scan.error {
-        let effective = command.as_deref().unwrap_or(DEFAULT_COMMAND);
-        return Err(Rejection::new(Some(effective), error));
+        return Err(Rejection::new(command.as_deref(), error));
     }
     if let Some(help) = scan.flags.iter().position(|f| f.flag.name == "help") {
         return command_help(scan.command, scan.flags, help);
     }
-    let command = command.unwrap_or_else(|| DEFAULT_COMMAND.to_string());
+    // Flags without a command token: no command is guessed (the contract has no
+    // hidden command substitution); the missing piece is named, as MCP `run` does.
+    let Some(command) = command else {
+        let error = CommandError::new(
+            "missing_argument",
+            "no command given: flags need a command token, like `aab COMMAND --flag value`; `aab --help` lists the commands",
+        )
+        .with_field("command");
+        return Err(Rejection::new(None, error));
+    };
     command_args(command, scan.flags.into_iter().map(|f| f.flag).collect())
 }
 
@@ -438,6 +481,7 @@ fn convert(flag: &Flag, kind: Option<Kind>) -> Result<Value, CommandError> {
                 let expected = if integer { "an integer" } else { "a number" };
                 return Err(CommandError::invalid(field(), format!("`--{}` expects {expected}, got `{text}`", flag.kebab)));
             }
+            check_integer_range(flag, text)?;
             serde_json::from_str(text)
                 .map_err(|e| CommandError::invalid(field(), format!("`--{}` is not a usable number: {e}", flag.kebab)))
         }
@@ -446,10 +490,29 @@ fn convert(flag: &Flag, kind: Option<Kind>) -> Result<Value, CommandError> {
             "false" => Ok(Value::Bool(false)),
             _ => Err(CommandError::invalid(field(), format!("`--{}` expects true or false, got `{text}`", flag.kebab))),
         },
-        Kind::Json => serde_json::from_str(text)
-            .map_err(|e| CommandError::invalid(field(), format!("`--{}` expects JSON: {e}", flag.kebab))),
-        Kind::Flexible => Ok(serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.clone()))),
+        Kind::Json => {
+            check_integer_range(flag, text)?;
+            serde_json::from_str(text).map_err(|e| CommandError::invalid(field(), format!("`--{}` expects JSON: {e}", flag.kebab)))
+        }
+        Kind::Flexible => {
+            check_integer_range(flag, text)?;
+            Ok(serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.clone())))
+        }
     }
+}
+
+/// An integer literal must fit a 64-bit integer: beyond that serde_json would
+/// silently turn it into an approximate float (`99999999999999999999999` → 1e23),
+/// which a schema's `integer` type still accepts and a reader then cannot use.
+fn check_integer_range(flag: &Flag, text: &str) -> Result<(), CommandError> {
+    if !is_numeric_literal(text, true) || text.parse::<i64>().is_ok() || text.parse::<u64>().is_ok() {
+        return Ok(());
+    }
+    Err(CommandError::invalid(
+        flag.name.clone(),
+        format!("`--{}` is out of range: `{}` does not fit a 64-bit integer", flag.kebab, clip(text, 40)),
+    )
+    .with_details(serde_json::json!({"minimum": i64::MIN, "maximum": u64::MAX})))
 }
 
 /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`; with `integer_only`, the
@@ -786,10 +849,65 @@ mod tests {
     }
 
     #[test]
-    fn no_command_with_flags_defaults_to_status() {
-        let c = command("--serial s");
-        assert_eq!(c.command(), "status");
-        assert_eq!(rejected("--serial a --serial b").command.as_deref(), Some("status"));
+    fn flags_without_a_command_name_the_missing_command() {
+        for line in ["--serial s", "--operation status"] {
+            let r = rejected(line);
+            assert_eq!((r.error.code.as_str(), r.error.field.as_deref()), ("missing_argument", Some("command")), "{line}");
+            assert_eq!(r.command, None);
+            assert!(!r.error.message.contains("unknown command"), "{}", r.error.message);
+        }
+        // A syntax error still wins, without inventing a command for the envelope.
+        assert_eq!(rejected("--serial a --serial b").command, None);
+    }
+
+    // -- non-UTF-8 arguments -------------------------------------------------
+
+    fn os_args(parts: &[&[u8]]) -> Vec<OsString> {
+        use std::os::unix::ffi::OsStringExt;
+        parts.iter().map(|p| OsString::from_vec(p.to_vec())).collect()
+    }
+
+    fn rejected_os(parts: &[&[u8]]) -> Rejection {
+        match parse_os(&os_args(parts)) {
+            Err(r) => r,
+            Ok(other) => panic!("{parts:?} was accepted as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn non_utf8_arguments_are_invalid_and_named() {
+        // As a flag value: the flag is the field.
+        let r = rejected_os(&[b"runtime", b"--operation", b"\xff"]);
+        assert_eq!((r.error.code.as_str(), r.error.field.as_deref()), ("invalid_argument", Some("operation")));
+        assert_eq!(r.command.as_deref(), Some("runtime"));
+        assert_eq!(r.error.dispatched, Some(false));
+        // As the command token: no command to name.
+        let r = rejected_os(&[b"\xff"]);
+        assert_eq!((r.error.code.as_str(), r.error.field.as_deref(), r.command), ("invalid_argument", Some("argv[0]"), None));
+        // As a flag name.
+        let r = rejected_os(&[b"runtime", b"--op\xfferation", b"status"]);
+        assert_eq!((r.error.field.as_deref(), r.command.as_deref()), (Some("argv[1]"), Some("runtime")));
+        // In a binary subcommand's path.
+        let r = rejected_os(&[b"plugins", b"verify", b"d\xc3"]);
+        assert_eq!((r.error.field.as_deref(), r.command.as_deref()), (Some("argv[2]"), Some("plugins")));
+        // UTF-8 arguments parse as before.
+        assert_eq!(parse_os(&os_args(&[b"--version"])), Ok(Invocation::Version));
+    }
+
+    #[test]
+    fn integers_beyond_64_bits_are_out_of_range() {
+        let e = request_error("tap --limit 99999999999999999999999");
+        assert_eq!((e.code.as_str(), e.field.as_deref()), ("invalid_argument", Some("limit")));
+        assert!(e.message.contains("64-bit"), "{}", e.message);
+        assert_eq!(request_error("tap --limit -99999999999999999999").field.as_deref(), Some("limit"));
+        // Flexible and JSON kinds too: a bare integer literal is checked.
+        assert_eq!(request_error("tap --anything 18446744073709551616").field.as_deref(), Some("anything"));
+        assert_eq!(request_error("tap --maybe-count 18446744073709551616").field.as_deref(), Some("maybeCount"));
+        // The 64-bit extremes are fine.
+        assert_eq!(arguments("tap --limit 18446744073709551615"), json!({ "limit": 18446744073709551615u64 }));
+        assert_eq!(arguments("tap --limit -9223372036854775808"), json!({ "limit": i64::MIN }));
+        // A number (not integer) field keeps accepting large magnitudes.
+        assert_eq!(arguments("tap --scale 1e30"), json!({ "scale": 1e30 }));
     }
 
     // -- extract and output ------------------------------------------------
@@ -1002,5 +1120,81 @@ mod tests {
         let r = rejected("--help intent script");
         assert_eq!(r.error.field.as_deref(), Some("argv[2]"));
         assert_eq!(rejected("--help intent --operation a --operation b").error.code, "duplicate_argument");
+    }
+
+    // -- hostile input -------------------------------------------------------
+
+    /// The argv corpus (`tests/corpus/argv`): every case parses without a panic
+    /// into one contract rejection (the code is checked end to end, where the
+    /// registry's schema is known).
+    #[test]
+    fn argv_corpus_replays() {
+        use std::os::unix::ffi::OsStringExt;
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/corpus/argv");
+        let mut replayed = 0;
+        for entry in std::fs::read_dir(&dir).expect("corpus dir").flatten() {
+            let path = entry.path();
+            if path.extension().is_none_or(|e| e != "argv") {
+                continue;
+            }
+            let bytes = std::fs::read(&path).expect("case");
+            let args: Vec<OsString> = bytes.split(|b| *b == 0).map(|a| OsString::from_vec(a.to_vec())).collect();
+            let outcome = match parse_os(&args) {
+                Ok(Invocation::Command(c)) => c.into_request(None).map(|_| ()),
+                Ok(_) => Ok(()),
+                Err(r) => Err(r),
+            };
+            if let Err(r) = outcome {
+                assert!(!r.error.code.is_empty() && r.error.dispatched == Some(false), "{}: {:?}", path.display(), r);
+            }
+            replayed += 1;
+        }
+        assert!(replayed >= 5, "only {replayed} argv corpus cases");
+    }
+
+    mod properties {
+        use std::os::unix::ffi::OsStringExt;
+
+        use proptest::prelude::*;
+
+        use super::*;
+
+        /// Tokens that reach the parser's branches, and arbitrary bytes.
+        fn token() -> impl Strategy<Value = Vec<u8>> {
+            let known: Vec<&'static [u8]> = vec![
+                b"runtime", b"--operation", b"status", b"--help", b"-h", b"help", b"--version", b"version", b"--extract", b"null",
+                b"--output", b"{", b"[1]", b"--", b"-5", b"99999999999999999999999", b"plugins", b"list", b"bundle", b"verify",
+                b"--out", b"mcp", b"demo", b"--browser", b"runtime-daemon", b"--category", b"--extra", b"--limit", b"--scale",
+                b"--maybe-count", b"--selector", b"--target", b"\xff", b"--\xff", b"\xc3\x28", b"tap", b"--Bad",
+            ];
+            prop_oneof![
+                3 => prop::sample::select(known).prop_map(<[u8]>::to_vec),
+                1 => prop::collection::vec(any::<u8>(), 0..12),
+                1 => "[a-z0-9-]{0,10}".prop_map(|s| format!("--{s}").into_bytes()),
+                1 => "[ -~]{0,12}".prop_map(String::into_bytes),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(1024))]
+
+            /// Any argv parses without a panic into an invocation or one contract
+            /// rejection; a command's request typing never panics either.
+            #[test]
+            fn any_argv_gives_an_invocation_or_a_contract_error(tokens in prop::collection::vec(token(), 0..9)) {
+                let args: Vec<OsString> = tokens.into_iter().map(OsString::from_vec).collect();
+                let rejection = match parse_os(&args) {
+                    Ok(Invocation::Command(c)) => c.into_request(Some(&schema())).err(),
+                    Ok(_) => None,
+                    Err(r) => Some(r),
+                };
+                if let Some(r) = rejection {
+                    prop_assert!(!r.error.code.is_empty());
+                    prop_assert!(!r.error.message.is_empty());
+                    prop_assert_eq!(r.error.dispatched, Some(false));
+                    prop_assert!(!r.error.ambiguous);
+                }
+            }
+        }
     }
 }

@@ -11,6 +11,7 @@
 mod argv;
 mod demo;
 mod mcp;
+mod mcp_wire;
 
 use std::io::{self, Write};
 
@@ -22,7 +23,8 @@ use serde_json::Value;
 use crate::argv::{Invocation, Rejection};
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    // `args_os`: `std::env::args` panics on an argument that is not UTF-8.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let code = match try_main(&args) {
         Ok(code) => code,
         Err(rejection) => emit_reply(Client::rejection(rejection.command.as_deref(), rejection.error)),
@@ -30,8 +32,8 @@ fn main() {
     std::process::exit(code);
 }
 
-fn try_main(args: &[String]) -> Result<i32, Rejection> {
-    let invocation = argv::parse(args)?;
+fn try_main(args: &[std::ffi::OsString]) -> Result<i32, Rejection> {
+    let invocation = argv::parse_os(args)?;
     match invocation {
         Invocation::Version => Ok(print_text(&format!("aab {}\n", env!("CARGO_PKG_VERSION")))),
         Invocation::Help => {

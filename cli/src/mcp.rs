@@ -3,7 +3,8 @@
 //! arguments unchanged to the runtime client, which validates them (rmcp checks
 //! nothing against `inputSchema`). Every result is the compact JSON text of the
 //! public reply; `isError` mirrors its failure. stdin EOF closes this adapter
-//! only: the shared runtime and its operations keep going.
+//! only: the shared runtime and its operations keep going. The wire itself (line
+//! reading, answering malformed messages) is [`crate::mcp_wire`]'s.
 
 use std::future::Future;
 use std::io;
@@ -25,6 +26,8 @@ use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::Value;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::Notify;
+
+use crate::mcp_wire;
 
 const CAPABILITIES: &str = "capabilities";
 const RUN: &str = "run";
@@ -68,7 +71,11 @@ pub fn serve(client: Result<Client, CommandError>) -> i32 {
         // Non-blocking pipes when the client launched us with FIFOs (the usual case),
         // blocking handles otherwise.
         let (stdin, stdout) = rmcp::transport::stdio_pipes();
-        let transport = (HoldEof::new(stdin, in_flight), stdout);
+        // rmcp reads through the line filter (mcp_wire): every line with an id is
+        // answered, including the ones rmcp's own reader would drop.
+        let writer = mcp_wire::shared_writer(stdout);
+        let lines = mcp_wire::LineReader::new(tokio::io::BufReader::with_capacity(64 * 1024, HoldEof::new(stdin, in_flight)), writer.clone());
+        let transport = (mcp_wire::message_sink(writer), lines.into_stream());
         let service = match adapter.serve(transport).await {
             Ok(service) => service,
             Err(error) => {

@@ -6,6 +6,8 @@ use aab_plugin_api::CommandSpec;
 use aab_plugin_api::protocol::Mutation;
 use serde_json::{Value, json};
 
+use crate::registry::schema::{OperationFields, tagged_operations};
+
 pub const RUNTIME: &str = "runtime";
 pub const DEVICE_OWNERSHIP: &str = "device-ownership";
 pub const EVIDENCE: &str = "evidence";
@@ -34,6 +36,13 @@ fn spec(command: &str, summary: &str, mutation: Mutation, mutating: &[&str], inp
     }
 }
 
+fn op<'a>(operation: &'a str, description: &'a str, own: &'a [&'a str], required: &'a [&'a str]) -> OperationFields<'a> {
+    OperationFields { operation, description, own, required }
+}
+
+/// The built-in command specs. `evidence`, `runtime` and `device-ownership` are
+/// tagged on `operation` with [`tagged_operations`]: each operation accepts only its
+/// own fields, like `intent` and `script`.
 pub fn specs() -> Vec<CommandSpec> {
     let uuid = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$";
     let mut ownership = spec(
@@ -41,22 +50,21 @@ pub fn specs() -> Vec<CommandSpec> {
         "Inspect a device's ownership journal, reconcile an action whose outcome is unknown, or read a retained settlement",
         Mutation::Conditional,
         &["reconcile"],
-        json!({
-            "type": "object",
-            "additionalProperties": false,
-            "properties": {
+        tagged_operations(
+            json!({
                 "operation": {"type": "string", "enum": ["status", "reconcile", "receipt"], "description": "status: journal and phase; reconcile: ask the owning provider for the original action's durable receipt (never replays it); receipt: the retained settlement of one action"},
                 "serial": {"type": "string", "minLength": 1, "maxLength": 1024, "description": "the physical device identifier (the value of the command's device key)"},
                 "runtimeEpoch": {"type": "string", "pattern": uuid, "description": "runtime id that issued the action (receipt)"},
                 "actionId": {"type": "string", "minLength": 1, "maxLength": 1024, "description": "the original action id (receipt)"}
-            },
-            "required": ["operation", "serial"],
-            "oneOf": [
-                {"properties": {"operation": {"const": "status"}}},
-                {"properties": {"operation": {"const": "reconcile"}}},
-                {"properties": {"operation": {"const": "receipt"}}, "required": ["runtimeEpoch", "actionId"]}
-            ]
-        }),
+            }),
+            &["serial"],
+            &["serial"],
+            &[
+                op("status", "The device's ownership journal and phase", &[], &[]),
+                op("reconcile", "Settle an unresolved action from the owning provider's durable receipt", &[], &[]),
+                op("receipt", "The retained settlement of one action", &["runtimeEpoch", "actionId"], &["runtimeEpoch", "actionId"]),
+            ],
+        ),
     );
     ownership.role = "capability".into();
     ownership.target_kind = "device".into();
@@ -66,10 +74,8 @@ pub fn specs() -> Vec<CommandSpec> {
         "Export an operation's execution evidence as a verifiable archive, or verify an archive offline",
         Mutation::None,
         &[],
-        json!({
-            "type": "object",
-            "additionalProperties": false,
-            "properties": {
+        tagged_operations(
+            json!({
                 "operation": {"type": "string", "enum": ["export", "verify"], "description": "export: write records.json + manifest.json for one operation; verify: recompute an archive offline (no runtime, no store)"},
                 "namespace": {"type": "string", "enum": ["intent", "script", "response"], "description": "evidence namespace (export)"},
                 "operationId": {"type": "string", "minLength": 1, "maxLength": 256, "description": "the operation whose evidence to export"},
@@ -77,13 +83,19 @@ pub fn specs() -> Vec<CommandSpec> {
                 "includeRecordedPayloads": {"type": "boolean", "description": "also copy recorded payload files (archive v2)"},
                 "archiveDir": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "archive to verify; relative to the caller's cwd"},
                 "manifestSha256": {"type": "string", "pattern": "^[0-9a-f]{64}$", "description": "sha256 of manifest.json as reported by export"}
-            },
-            "required": ["operation"],
-            "oneOf": [
-                {"properties": {"operation": {"const": "export"}}, "required": ["namespace", "operationId", "outputDir"]},
-                {"properties": {"operation": {"const": "verify"}}, "required": ["archiveDir", "manifestSha256"]}
-            ]
-        }),
+            }),
+            &[],
+            &[],
+            &[
+                op(
+                    "export",
+                    "Write one operation's evidence as a verifiable archive",
+                    &["namespace", "operationId", "outputDir", "includeRecordedPayloads"],
+                    &["namespace", "operationId", "outputDir"],
+                ),
+                op("verify", "Verify an archive offline", &["archiveDir", "manifestSha256"], &["archiveDir", "manifestSha256"]),
+            ],
+        ),
     );
     evidence.domain = "evidence".into();
     evidence.role = "evidence".into();
@@ -127,21 +139,20 @@ pub fn specs() -> Vec<CommandSpec> {
             "Start, inspect or stop the shared local runtime, or cancel a queued or running request",
             Mutation::Conditional,
             &["start", "stop", "cancel"],
-            json!({
-                "type": "object",
-                "additionalProperties": false,
-                "properties": {
+            tagged_operations(
+                json!({
                     "operation": {"type": "string", "enum": ["start", "status", "stop", "cancel"], "description": "start: ensure running; status: inspect without starting; stop: drain active work and release ownership; cancel: cancel the requests sent with `cancelRequestId`"},
                     "cancelRequestId": {"type": "string", "minLength": 1, "maxLength": 256, "description": "the requestId of the request(s) to cancel (cancel)"}
-                },
-                "required": ["operation"],
-                "oneOf": [
-                    {"properties": {"operation": {"const": "start"}}},
-                    {"properties": {"operation": {"const": "status"}}},
-                    {"properties": {"operation": {"const": "stop"}}},
-                    {"properties": {"operation": {"const": "cancel"}}, "required": ["cancelRequestId"]}
-                ]
-            }),
+                }),
+                &[],
+                &[],
+                &[
+                    op("start", "Ensure the runtime is running", &[], &[]),
+                    op("status", "Inspect the runtime without starting it", &[], &[]),
+                    op("stop", "Drain active work and release ownership", &[], &[]),
+                    op("cancel", "Cancel the queued or running requests sent with `cancelRequestId`", &["cancelRequestId"], &["cancelRequestId"]),
+                ],
+            ),
         ),
         ownership,
     ];
@@ -149,4 +160,154 @@ pub fn specs() -> Vec<CommandSpec> {
     all.extend(crate::engines::intent::spec());
     all.extend(crate::engines::script::spec());
     all
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::registry::Registry;
+
+    fn rejected(command: &str, arguments: serde_json::Value) -> (String, Option<String>) {
+        let registry = Registry::new(super::specs());
+        let e = registry.validate(command, &arguments).expect_err("must be rejected");
+        (e.code, e.field)
+    }
+
+    fn accepted(command: &str, arguments: serde_json::Value) {
+        let registry = Registry::new(super::specs());
+        if let Err(e) = registry.validate(command, &arguments) {
+            panic!("{command} {arguments} was rejected: {e}");
+        }
+    }
+
+    #[test]
+    fn each_operation_accepts_only_its_own_fields() {
+        let sha = "a".repeat(64);
+        let unsupported = |field: &str| ("unsupported_argument".to_string(), Some(field.to_string()));
+        assert_eq!(
+            rejected("evidence", json!({"operation": "verify", "archiveDir": "a", "manifestSha256": sha, "namespace": "intent"})),
+            unsupported("namespace")
+        );
+        assert_eq!(
+            rejected("evidence", json!({"operation": "export", "namespace": "intent", "operationId": "o", "outputDir": "d", "archiveDir": "a"})),
+            unsupported("archiveDir")
+        );
+        assert_eq!(rejected("runtime", json!({"operation": "status", "cancelRequestId": "x"})), unsupported("cancelRequestId"));
+        assert_eq!(rejected("runtime", json!({"operation": "stop", "cancelRequestId": "x"})), unsupported("cancelRequestId"));
+        assert_eq!(rejected("device-ownership", json!({"operation": "status", "serial": "s", "actionId": "a"})), unsupported("actionId"));
+        assert_eq!(
+            rejected("device-ownership", json!({"operation": "reconcile", "serial": "s", "runtimeEpoch": "00000000-0000-0000-0000-000000000000"})),
+            unsupported("runtimeEpoch")
+        );
+        // The message names the operation that does not accept the field.
+        let registry = Registry::new(super::specs());
+        let e = registry.validate("runtime", &json!({"operation": "status", "cancelRequestId": "x"})).unwrap_err();
+        assert!(e.message.contains("operation `status`"), "{}", e.message);
+        assert_eq!(e.details, Some(json!({"operation": "status"})));
+        // Still required where they belong.
+        assert_eq!(rejected("runtime", json!({"operation": "cancel"})), ("missing_argument".to_string(), Some("cancelRequestId".to_string())));
+        assert_eq!(rejected("device-ownership", json!({"operation": "status"})), ("missing_argument".to_string(), Some("serial".to_string())));
+        // Own fields and the host execution options are accepted.
+        accepted("evidence", json!({"operation": "verify", "archiveDir": "a", "manifestSha256": sha, "timeoutMs": 1000}));
+        accepted("evidence", json!({"operation": "export", "namespace": "script", "operationId": "o", "outputDir": "d", "includeRecordedPayloads": true}));
+        accepted("runtime", json!({"operation": "status", "requestId": "r1", "feedback": "off"}));
+        accepted("runtime", json!({"operation": "cancel", "cancelRequestId": "x"}));
+        accepted("device-ownership", json!({"operation": "receipt", "serial": "s", "runtimeEpoch": "00000000-0000-0000-0000-000000000000", "actionId": "a"}));
+    }
+
+    #[test]
+    fn operation_discovery_narrows_the_builtins() {
+        let registry = Registry::new(super::specs());
+        let ops = registry.get("runtime").expect("runtime").operations();
+        assert_eq!(ops, ["start", "status", "stop", "cancel"]);
+        let payload = crate::registry::discovery::capabilities(&registry, &json!({"command": "runtime", "operation": "cancel"}));
+        assert_eq!(payload["ok"], json!(true), "{payload}");
+        let payload = crate::registry::discovery::capabilities(&registry, &json!({"command": "evidence", "operation": "verify"}));
+        let text = payload["inputSchema"].to_string();
+        assert!(text.contains("archiveDir") && text.contains("manifestSha256"), "{text}");
+    }
+
+    /// The request corpus (`tests/corpus/request`): inputs that once got through or
+    /// broke validation, with the error each must get.
+    #[test]
+    fn request_corpus_replays() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/corpus/request");
+        let expected: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).expect("expected.json")).expect("expected.json parses");
+        assert!(!expected.is_empty());
+        let registry = Registry::new(super::specs());
+        for (name, want) in expected {
+            let request: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{name}.json"))).expect("case")).expect("case parses");
+            let command = request["command"].as_str().expect("command");
+            let e = registry.validate(command, &request["arguments"]).expect_err(&name);
+            assert_eq!(Some(e.code.as_str()), want["error"].as_str(), "{name}: {e}");
+            if let Some(field) = want.get("field") {
+                assert_eq!(e.field.as_deref(), field.as_str(), "{name}: {e}");
+            }
+        }
+    }
+
+    mod properties {
+        use proptest::prelude::*;
+        use serde_json::{Value, json};
+
+        use crate::registry::Registry;
+
+        /// Field names the built-ins know (so generated objects reach their
+        /// branches) plus arbitrary ones.
+        fn key() -> impl Strategy<Value = String> {
+            prop_oneof![
+                prop::sample::select(vec![
+                    "operation", "serial", "actionId", "runtimeEpoch", "namespace", "operationId", "outputDir", "archiveDir",
+                    "manifestSha256", "includeRecordedPayloads", "cancelRequestId", "requestId", "timeoutMs", "feedback", "ref",
+                    "goal", "target", "decision", "afterSequence", "limit", "require", "budget", "source", "language",
+                ])
+                .prop_map(str::to_string),
+                ".{0,6}",
+            ]
+        }
+
+        fn leaf() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::Bool),
+                any::<i64>().prop_map(|n| json!(n)),
+                any::<u64>().prop_map(|n| json!(n)),
+                any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| json!(f)),
+                prop::sample::select(vec!["status", "start", "stop", "cancel", "verify", "export", "receipt", "reconcile", "read", "decide", "intent"])
+                    .prop_map(|s| json!(s)),
+                ".{0,12}".prop_map(Value::String),
+            ]
+        }
+
+        fn value() -> impl Strategy<Value = Value> {
+            leaf().prop_recursive(8, 96, 6, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                    prop::collection::vec((key(), inner), 0..6).prop_map(|pairs| Value::Object(pairs.into_iter().collect())),
+                ]
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            /// Validation of arbitrary JSON never panics, and every rejection is a
+            /// contract error: a known code, dispatched:false, a field to point at.
+            #[test]
+            fn validation_of_arbitrary_arguments_never_panics(arguments in value(), pick in any::<prop::sample::Index>()) {
+                let registry = Registry::new(super::super::specs());
+                let names: Vec<String> = registry.iter().map(|c| c.spec.command.clone()).collect();
+                let command = &names[pick.index(names.len())];
+                if let Err(e) = registry.validate(command, &arguments) {
+                    prop_assert!(["invalid_argument", "missing_argument", "unsupported_argument"].contains(&e.code.as_str()), "{e}");
+                    prop_assert_eq!(e.dispatched, Some(false));
+                    // The field names the offending key (which may itself be `""`).
+                    prop_assert!(e.field.is_some(), "{e}");
+                    prop_assert!(!e.message.is_empty());
+                }
+            }
+        }
+    }
 }

@@ -95,6 +95,9 @@ impl Config {
         });
         let facts_dir = canonical_path(&facts);
         let runtime_home = canonical_path(&env_path("AI_APP_BRIDGE_RUNTIME_HOME").unwrap_or_else(|| home_dir().join(".ai-app-bridge").join("runtimes").join("v1")));
+        // Every client keeps its digest cache and plugin copies there: a home that
+        // can never be a directory is a configuration error, not a missing command.
+        check_directory_path("AI_APP_BRIDGE_RUNTIME_HOME", &runtime_home)?;
         let key = sha256_hex(facts_dir.as_os_str().as_encoded_bytes());
         let runtime_dir = runtime_home.join(&key);
         let plugin_dir = match env_path("AI_APP_BRIDGE_PLUGIN_DIR") {
@@ -110,6 +113,7 @@ impl Config {
             return Err(CommandError::new("invalid_fact_store_profile", format!("AI_APP_BRIDGE_FACT_CACHE_PROFILE must be small, standard or large, got `{profile}`"))
                 .with_field("AI_APP_BRIDGE_FACT_CACHE_PROFILE"));
         }
+        check_fact_cache_switch()?;
         let environment = FINGERPRINT_ENV.iter().map(|name| (name.to_string(), std::env::var(name).ok())).collect();
         Ok(Config { facts_dir, runtime_home, runtime_dir, plugin_dir, ownership_dir, profile, environment })
     }
@@ -142,6 +146,43 @@ impl Config {
     pub fn ensure_runtime_dir(&self) -> Result<(), CommandError> {
         ensure_private_dir(&self.runtime_dir)
     }
+}
+
+/// `invalid_configuration` naming `variable` unless `path` is a directory or can
+/// become one: its nearest existing ancestor (or itself) must be a directory.
+fn check_directory_path(variable: &str, path: &Path) -> Result<(), CommandError> {
+    let mut existing = path;
+    let metadata = loop {
+        match std::fs::metadata(existing) {
+            Ok(metadata) => break metadata,
+            Err(_) => match existing.parent() {
+                Some(parent) => existing = parent,
+                None => return Ok(()),
+            },
+        }
+    };
+    if metadata.is_dir() {
+        return Ok(());
+    }
+    let what = if existing == path { "is not a directory".to_string() } else { format!("cannot be created: {} is not a directory", existing.display()) };
+    Err(CommandError::new("invalid_configuration", format!("{variable} must name a directory, but {} {what}", path.display()))
+        .with_field(variable)
+        .with_details(json!({"variable": variable, "path": path.display().to_string(), "notADirectory": existing.display().to_string()})))
+}
+
+/// `AI_APP_BRIDGE_FACT_CACHE` is a switch: unset/empty or `on` records command
+/// history, `off` disables it (case-insensitive). Anything else is refused rather
+/// than silently read as `on`.
+fn check_fact_cache_switch() -> Result<(), CommandError> {
+    const VARIABLE: &str = "AI_APP_BRIDGE_FACT_CACHE";
+    let Some(value) = std::env::var_os(VARIABLE) else { return Ok(()) };
+    let text = value.to_string_lossy();
+    if text.is_empty() || text.eq_ignore_ascii_case("on") || text.eq_ignore_ascii_case("off") {
+        return Ok(());
+    }
+    Err(CommandError::new("invalid_configuration", format!("{VARIABLE} must be `on` or `off`, got {}", serde_json::Value::String(text.chars().take(64).collect())))
+        .with_field(VARIABLE)
+        .with_details(json!({"variable": VARIABLE, "allowed": ["on", "off"]})))
 }
 
 /// Create `dir` (and parents) with mode 0700 and refuse one owned by someone else

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -90,10 +90,28 @@ struct CacheFile {
 
 const CACHE_SCHEMA: &str = "aab.digest-cache/v1";
 
+/// Largest digest cache read back (manifests included). A bigger file is ignored
+/// like a corrupt one: it only costs a rehash.
+pub const MAX_CACHE_BYTES: u64 = 32 * 1024 * 1024;
+
+/// Read a small private file without trusting what sits at `path`: no symlink is
+/// followed, opening never blocks (a FIFO), only a regular file of at most `max`
+/// bytes is read. `None` for anything else.
+pub fn read_regular_file_bounded(path: &Path, max: u64) -> Option<Vec<u8>> {
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC).open(path).ok()?;
+    let metadata = file.metadata().ok()?;
+    if !metadata.is_file() || metadata.len() > max {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(metadata.len() as usize);
+    // The file may grow after the stat: never read past the cap.
+    file.take(max + 1).read_to_end(&mut bytes).ok()?;
+    (bytes.len() as u64 <= max).then_some(bytes)
+}
+
 impl DigestCache {
     pub fn open(path: PathBuf) -> DigestCache {
-        let entries = std::fs::read(&path)
-            .ok()
+        let entries = read_regular_file_bounded(&path, MAX_CACHE_BYTES)
             .and_then(|b| serde_json::from_slice::<CacheFile>(&b).ok())
             .filter(|f| f.schema == CACHE_SCHEMA)
             .map(|f| f.entries)
@@ -138,25 +156,98 @@ impl DigestCache {
             }
     }
 
-    /// Write the cache atomically (temp file + rename) if it changed.
+    /// Write the cache atomically (a new 0600 temp file, then rename) if it changed.
+    /// It names every plugin file of the user and their manifests: private, like
+    /// the rest of the runtime home.
     pub fn save(&mut self) {
         let Some(path) = &self.path else { return };
         if !self.dirty {
             return;
         }
         let Some(dir) = path.parent() else { return };
-        if std::fs::create_dir_all(dir).is_err() {
+        if std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).is_err() {
             return;
         }
         let file = CacheFile { schema: CACHE_SCHEMA.into(), entries: std::mem::take(&mut self.entries) };
         let bytes = serde_json::to_vec(&file).unwrap_or_default();
         self.entries = file.entries;
+        if bytes.len() as u64 > MAX_CACHE_BYTES {
+            return;
+        }
         let tmp = dir.join(format!(".digest-cache.{}.tmp", std::process::id()));
-        let ok = std::fs::File::create(&tmp).and_then(|mut f| f.write_all(&bytes)).is_ok();
+        let _ = std::fs::remove_file(&tmp);
+        // `create_new` + O_NOFOLLOW: never write through something planted at the temp name.
+        let ok = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)
+            .and_then(|mut f| f.write_all(&bytes).and_then(|()| f.sync_all()))
+            .is_ok();
         if ok && std::fs::rename(&tmp, path).is_ok() {
             self.dirty = false;
         } else {
             let _ = std::fs::remove_file(&tmp);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn cache_with_one_entry(path: PathBuf, hashed: &Path) -> DigestCache {
+        let mut cache = DigestCache::open(path);
+        cache.sha256(hashed).expect("hash");
+        cache.save();
+        cache
+    }
+
+    #[test]
+    fn saved_cache_is_private_and_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let hashed = dir.path().join("plugin.so");
+        std::fs::write(&hashed, b"bytes").unwrap();
+        let path = dir.path().join("home").join("digest-cache.json");
+        cache_with_one_entry(path.clone(), &hashed);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "digest-cache.json mode {mode:o}");
+        let home_mode = std::fs::metadata(path.parent().unwrap()).unwrap().permissions().mode() & 0o777;
+        assert_eq!(home_mode, 0o700, "runtime home mode {home_mode:o}");
+        let reopened = DigestCache::open(path);
+        let identity = FileIdentity::of(&hashed).unwrap();
+        assert!(reopened.lookup(&hashed, &identity).is_some());
+        // No temp file is left behind.
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("home")).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".tmp")).collect();
+        assert!(leftovers.is_empty());
+    }
+
+    #[test]
+    fn hostile_cache_files_are_ignored_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let hashed = dir.path().join("plugin.so");
+        std::fs::write(&hashed, b"bytes").unwrap();
+        let real = dir.path().join("real.json");
+        cache_with_one_entry(real.clone(), &hashed);
+        let identity = FileIdentity::of(&hashed).unwrap();
+        // A symlink to a valid cache is not followed.
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert!(DigestCache::open(link).lookup(&hashed, &identity).is_none());
+        // A FIFO nobody writes to: opening must not block.
+        let fifo = dir.path().join("fifo.json");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: plain syscall with a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert!(DigestCache::open(fifo).entries.is_empty());
+        // A character device that never ends is not read.
+        assert!(read_regular_file_bounded(Path::new("/dev/zero"), MAX_CACHE_BYTES).is_none());
+        // A directory, and a file over the cap.
+        assert!(read_regular_file_bounded(dir.path(), MAX_CACHE_BYTES).is_none());
+        assert!(read_regular_file_bounded(&real, 4).is_none());
+        assert!(read_regular_file_bounded(&real, MAX_CACHE_BYTES).is_some());
     }
 }

@@ -5,6 +5,7 @@
 
 mod facts;
 mod foundation;
+mod hostile;
 mod intent;
 mod pipeline;
 mod plugin_sdk;

@@ -273,7 +273,7 @@ impl TestEnv {
         self.install_plugin("aab_fixture_misbehaving", "misbehaving");
     }
 
-    fn command(&self, args: &[&str], extra_env: &[(&str, &str)]) -> Command {
+    fn command<S: AsRef<std::ffi::OsStr>>(&self, args: &[S], extra_env: &[(&str, &str)]) -> Command {
         let mut cmd = Command::new(aab_binary());
         cmd.args(args).current_dir(&self.work).stdin(Stdio::null());
         // Nothing of the outer environment that configures aab may leak in (another
@@ -293,7 +293,7 @@ impl TestEnv {
         cmd
     }
 
-    fn cmdline(args: &[&str], extra_env: &[(&str, &str)]) -> String {
+    fn cmdline<S: AsRef<std::ffi::OsStr>>(args: &[S], extra_env: &[(&str, &str)]) -> String {
         let mut line = String::new();
         for (k, v) in extra_env {
             let _ = write!(line, "{}={} ", k, shell_quote(v));
@@ -301,7 +301,7 @@ impl TestEnv {
         line.push_str("aab");
         for a in args {
             line.push(' ');
-            line.push_str(&shell_quote(a));
+            line.push_str(&shell_quote(&a.as_ref().to_string_lossy()));
         }
         line
     }
@@ -316,7 +316,12 @@ impl TestEnv {
         self.aab_with_timeout(args, extra_env, COMMAND_TIMEOUT)
     }
 
-    pub fn aab_with_timeout(&self, args: &[&str], extra_env: &[(&str, &str)], timeout: Duration) -> Run {
+    /// Run `aab` with arguments that need not be UTF-8.
+    pub fn aab_os(&self, args: &[std::ffi::OsString]) -> Run {
+        self.aab_with_timeout(args, &[], COMMAND_TIMEOUT)
+    }
+
+    pub fn aab_with_timeout<S: AsRef<std::ffi::OsStr>>(&self, args: &[S], extra_env: &[(&str, &str)], timeout: Duration) -> Run {
         let cmdline = Self::cmdline(args, extra_env);
         lock(&self.history).push(cmdline.clone());
         let mut cmd = self.command(args, extra_env);
@@ -757,6 +762,52 @@ impl Mcp<'_> {
                 Err(RecvTimeoutError::Disconnected) => self.fail(&format!("`aab mcp` closed stdout before answering `{method}` (id {id})")),
             }
         }
+    }
+
+    /// Write raw bytes followed by a newline, as a misbehaving client would.
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.transcript.push(format!("> {} ({} bytes)", clip(&String::from_utf8_lossy(bytes), 512), bytes.len()));
+        let ok = match self.stdin.as_mut() {
+            Some(stdin) => stdin.write_all(bytes).and_then(|()| stdin.write_all(b"\n")).and_then(|()| stdin.flush()).is_ok(),
+            None => false,
+        };
+        if !ok {
+            self.fail("could not write to `aab mcp` stdin (did it exit?)");
+        }
+    }
+
+    /// Every frame the server writes until the response with `id` (included).
+    pub fn frames_until(&mut self, id: &Value) -> Vec<Value> {
+        let deadline = Instant::now() + MCP_TIMEOUT;
+        let mut frames = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let line = line.trim_end().to_string();
+                    self.transcript.push(format!("< {}", clip(&line, 4096)));
+                    if line.is_empty() {
+                        continue;
+                    }
+                    let frame: Value = match serde_json::from_str(&line) {
+                        Ok(v) => v,
+                        Err(e) => self.fail(&format!("`aab mcp` wrote a line that is not JSON ({e})")),
+                    };
+                    let done = frame.get("id") == Some(id) && (frame.get("result").is_some() || frame.get("error").is_some());
+                    frames.push(frame);
+                    if done {
+                        return frames;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => self.fail(&format!("no response with id {id} within {MCP_TIMEOUT:?}")),
+                Err(RecvTimeoutError::Disconnected) => self.fail(&format!("`aab mcp` closed stdout before answering id {id}")),
+            }
+        }
+    }
+
+    /// Whether the `aab mcp` process is still running.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     /// `tools/call NAME ARGS` → (the public reply parsed from the text content, isError).

@@ -143,7 +143,7 @@ fn verify(dir: &Path) -> Result<Value, CommandError> {
         }
         results.push(json!({"file": entry.file, "name": entry.name, "sha256": entry.sha256, "status": status}));
     }
-    for file in scan(dir) {
+    for file in scan(dir).unwrap_or_default() {
         let name = file.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
         if !manifest.plugins.iter().any(|p| p.file == name) {
             problems.push(name.clone());

@@ -33,19 +33,30 @@ pub fn is_plugin_file_name(name: &str) -> bool {
     name.starts_with(&prefix) && name.ends_with(std::env::consts::DLL_SUFFIX) && name.len() > prefix.len() + std::env::consts::DLL_SUFFIX.len()
 }
 
-/// Plugin files in `dir`, sorted by name.
-pub fn scan(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .filter(|e| e.file_type().map(|t| t.is_file() || t.is_symlink()).unwrap_or(false))
-                .filter(|e| e.file_name().to_str().is_some_and(is_plugin_file_name))
-                .map(|e| e.path())
-                .collect()
-        })
-        .unwrap_or_default();
+/// Plugin files in `dir`, sorted by name, or why the directory cannot be listed.
+pub fn scan(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().map(|t| t.is_file() || t.is_symlink()).unwrap_or(false))
+        .filter(|e| e.file_name().to_str().is_some_and(is_plugin_file_name))
+        .map(|e| e.path())
+        .collect();
     files.sort();
-    files
+    Ok(files)
+}
+
+/// `plugin_dir_unavailable`: the plugin directory cannot be listed, so no plugin
+/// command can be found. Host built-ins keep working; a command that is not
+/// registered reports this instead of `unknown_command` (it may well be a plugin's).
+fn plugin_dir_unavailable(dir: &Path, error: &std::io::Error) -> CommandError {
+    const VARIABLE: &str = "AI_APP_BRIDGE_PLUGIN_DIR";
+    let from = if std::env::var_os(VARIABLE).is_some_and(|v| !v.is_empty()) { VARIABLE } else { "the aab executable's directory" };
+    CommandError::new(
+        "plugin_dir_unavailable",
+        format!("the plugin directory {} ({from}) cannot be read: {error}; plugin commands are unavailable", dir.display()),
+    )
+    .with_field(VARIABLE)
+    .with_details(json!({"pluginDir": dir.display().to_string(), "source": from, "reason": error.to_string()}))
 }
 
 /// What happened to one plugin file.
@@ -125,7 +136,14 @@ impl Catalog {
         let bundle = bundle::read_bundle_manifest(&config.plugin_dir);
         let bundle_digest = std::fs::read(config.plugin_dir.join(BUNDLE_MANIFEST)).ok().map(|b| crate::digest::sha256_hex(&b));
 
-        for file in scan(&config.plugin_dir) {
+        let files = match scan(&config.plugin_dir) {
+            Ok(files) => files,
+            Err(error) => {
+                registry.set_missing_commands_cause(plugin_dir_unavailable(&config.plugin_dir, &error));
+                Vec::new()
+            }
+        };
+        for file in files {
             let file_name = file.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
             let mut report = PluginReport { file: file.clone(), sha256: None, size: None, manifest: None, error: None };
             let (sha, identity) = match cache.sha256(&file) {
@@ -277,6 +295,7 @@ pub fn list_report() -> PublicReply {
         "operation": "list",
         "pluginDir": config.plugin_dir.display().to_string(),
         "bundle": config.plugin_dir.join(BUNDLE_MANIFEST).exists(),
+        "pluginDirError": catalog.registry.missing_commands_cause().map(CommandError::to_json),
         "plugins": plugins,
         "loaded": catalog.reports.len() - refused,
         "refused": refused,

@@ -208,15 +208,20 @@ fn directory(registry: &Registry, only: Option<&str>, include_options: bool) -> 
 
 fn command_answer(registry: &Registry, name: &str, operation: Option<&str>) -> Result<Answer, CommandError> {
     let Some(command) = registry.get(name) else {
+        // `unknown_command`, or why the command may be missing (plugin directory).
         let unknown = registry.unknown_command(name);
-        let payload = json!({
+        let mut payload = json!({
             "ok": false,
             "command": name,
-            "error": "unknown_command",
+            "error": unknown.code,
             "message": unknown.message,
             "dispatched": false,
             "ambiguous": false,
         });
+        if unknown.code != "unknown_command" {
+            payload["field"] = json!(unknown.field);
+            payload["details"] = json!(unknown.details);
+        }
         return Ok(Answer { payload, example: json!({}) });
     };
     let (schema, selection) = match operation {

@@ -111,6 +111,9 @@ pub struct Registry {
     platforms: BTreeSet<String>,
     /// Host-provided discovery narrowings (at most one per command).
     narrowings: BTreeMap<String, FieldNarrowing>,
+    /// Why commands may be missing (the plugin directory could not be read): an
+    /// unregistered command then reports this instead of `unknown_command`.
+    missing_commands_cause: Option<CommandError>,
 }
 
 /// Discovery data, provided by the host, that narrows one field of one
@@ -253,8 +256,29 @@ impl Registry {
         Ok(registered)
     }
 
-    /// The `unknown_command` rejection, with a hint when the name is close to a real one.
+    /// Record why commands may be missing (see [`Registry::unknown_command`]).
+    pub fn set_missing_commands_cause(&mut self, cause: CommandError) {
+        self.missing_commands_cause = Some(cause);
+    }
+
+    pub fn missing_commands_cause(&self) -> Option<&CommandError> {
+        self.missing_commands_cause.as_ref()
+    }
+
+    /// The `unknown_command` rejection, with a hint when the name is close to a real
+    /// one; the recorded cause instead when commands may be missing for a reason.
     pub fn unknown_command(&self, command: &str) -> CommandError {
+        if let Some(cause) = &self.missing_commands_cause
+            && command != "capabilities"
+        {
+            let mut error = cause.clone();
+            error.message = format!("`{command}` is not available: {}", cause.message);
+            let mut details = cause.details.clone().unwrap_or_else(|| json!({}));
+            if let Some(map) = details.as_object_mut() {
+                map.insert("command".into(), json!(command));
+            }
+            return error.with_details(details);
+        }
         if command == "capabilities" {
             return CommandError::new(
                 "unknown_command",

@@ -91,6 +91,50 @@ pub(crate) fn resolve<'a>(root: &'a Value, mut schema: &'a Value) -> &'a Value {
     schema
 }
 
+/// One operation of a command tagged on `operation`: its own fields (beyond the
+/// command's common ones) and which of them it requires.
+pub struct OperationFields<'a> {
+    pub operation: &'a str,
+    pub description: &'a str,
+    pub own: &'a [&'a str],
+    pub required: &'a [&'a str],
+}
+
+/// An object schema tagged on `operation` in which each operation accepts only its
+/// own fields (the contract's "each operation accepts only its own fields"): every
+/// `oneOf` branch pins `operation` and sets every field of the other operations to
+/// `false`, so a foreign field is `unsupported_argument` naming it. `properties`
+/// holds every field (operation included); `common` are accepted by every
+/// operation and `common_required` required by all. The host execution options are
+/// injected later and stay allowed.
+pub fn tagged_operations(properties: Value, common: &[&str], common_required: &[&str], operations: &[OperationFields<'_>]) -> Value {
+    let Value::Object(all) = properties else { return properties };
+    let branches: Vec<Value> = operations
+        .iter()
+        .map(|op| {
+            let mut branch_properties = Map::new();
+            branch_properties.insert("operation".into(), serde_json::json!({"const": op.operation}));
+            for name in all.keys() {
+                if name != "operation" && !common.contains(&name.as_str()) && !op.own.contains(&name.as_str()) {
+                    branch_properties.insert(name.clone(), Value::Bool(false));
+                }
+            }
+            let mut required = vec!["operation"];
+            required.extend(op.required.iter());
+            serde_json::json!({"description": op.description, "properties": branch_properties, "required": required})
+        })
+        .collect();
+    let mut required = vec!["operation"];
+    required.extend(common_required.iter());
+    serde_json::json!({
+        "type": "object",
+        "additionalProperties": false,
+        "properties": Value::Object(all),
+        "required": required,
+        "oneOf": branches
+    })
+}
+
 /// The JSON type name of a value, as JSON Schema spells it.
 pub(crate) fn json_type(value: &Value) -> &'static str {
     match value {

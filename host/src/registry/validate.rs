@@ -121,6 +121,15 @@ impl Mapper<'_> {
     }
 
     /// The schema object holding the failing keyword (the schema path minus the keyword).
+    /// For a property set to `false` in a branch tagged on `operation` (each
+    /// operation accepts only its own fields), the operation of that branch.
+    fn operation_forbidding(&self, error: &ValidationError<'_>) -> Option<&str> {
+        let path = error.schema_path().as_str();
+        let properties = &path[..path.rfind('/')?];
+        let branch = properties.strip_suffix("/properties")?;
+        self.root.pointer(branch)?.pointer("/properties/operation/const")?.as_str()
+    }
+
     fn keyword_owner(&self, error: &ValidationError<'_>) -> Option<&Value> {
         let path = error.schema_path().as_str();
         let owner = &path[..path.rfind('/')?];
@@ -158,7 +167,12 @@ impl Mapper<'_> {
             }
             ValidationErrorKind::FalseSchema if matches!(path.last(), Some(Step::Key(_))) => {
                 let field = self.field(&path);
-                let error = CommandError::new("unsupported_argument", format!("unsupported argument `{field}`: it is not accepted here")).with_field(field);
+                let error = match self.operation_forbidding(error) {
+                    Some(operation) => CommandError::new("unsupported_argument", format!("unsupported argument `{field}`: operation `{operation}` does not accept it"))
+                        .with_field(field)
+                        .with_details(json!({"operation": operation})),
+                    None => CommandError::new("unsupported_argument", format!("unsupported argument `{field}`: it is not accepted here")).with_field(field),
+                };
                 Candidate { rank: 0, path, error }
             }
             ValidationErrorKind::Required { property } => {
