@@ -94,19 +94,10 @@ const CACHE_SCHEMA: &str = "aab.digest-cache/v1";
 /// like a corrupt one: it only costs a rehash.
 pub const MAX_CACHE_BYTES: u64 = 32 * 1024 * 1024;
 
-/// Read a small private file without trusting what sits at `path`: no symlink is
-/// followed, opening never blocks (a FIFO), only a regular file of at most `max`
-/// bytes is read. `None` for anything else.
+/// A small private file read through [`crate::fsread`] (no symlink, no FIFO wait,
+/// regular files of at most `max` bytes); `None` for anything else.
 pub fn read_regular_file_bounded(path: &Path, max: u64) -> Option<Vec<u8>> {
-    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC).open(path).ok()?;
-    let metadata = file.metadata().ok()?;
-    if !metadata.is_file() || metadata.len() > max {
-        return None;
-    }
-    let mut bytes = Vec::with_capacity(metadata.len() as usize);
-    // The file may grow after the stat: never read past the cap.
-    file.take(max + 1).read_to_end(&mut bytes).ok()?;
-    (bytes.len() as u64 <= max).then_some(bytes)
+    crate::fsread::read_regular_bounded(path, max).ok().flatten()
 }
 
 impl DigestCache {
