@@ -773,6 +773,9 @@ fn script_operations_accept_only_their_own_fields_and_strict_targets() {
     for id in ["t-web", "t-ios"] {
         assert_eq!(wait_status(&env, id, &[])["status"], json!("completed"), "{id}");
     }
+    // `resume --script` re-runs only a lost operation: given for a live one it is refused, not ignored.
+    let live = script(&env, &["--operation", "resume", "--operation-id", "t-web", "--script", &js_text]);
+    assert_eq!((live.pointer("/execution/error"), live.pointer("/execution/field")), (Some(&json!("unsupported_argument")), Some(&json!("script"))), "{live}");
     no_children(&env);
 }
 

@@ -67,7 +67,14 @@ pub async fn dispatch(host: &Arc<ExecutionHost>, a: &Value, cwd: &str) -> Result
                 }
                 "result" => result(host, &op).await,
                 "pause" => pause(&op).map(|_| with_catalog(host, &op, op.snapshot("pause", page), a)),
-                "resume" => resume(&op).map(|_| with_catalog(host, &op, op.snapshot("resume", page), a)),
+                "resume" => {
+                    // `script`/`pythonPath` re-run a lost operation; a live one is not re-run,
+                    // so they would be dropped silently.
+                    if let Some(k) = ["script", "pythonPath"].into_iter().find(|k| a.get(*k).is_some()) {
+                        return Err(CommandError::new("unsupported_argument", format!("unsupported argument `{k}`: operation `{id}` is live in this runtime; only a lost checkpoint-policy operation is resumed with {k}")).with_field(k));
+                    }
+                    resume(&op).map(|_| with_catalog(host, &op, op.snapshot("resume", page), a))
+                }
                 "decide" => decide(&op, a).map(|_| with_catalog(host, &op, op.snapshot("decide", page), a)),
                 _ => Ok(with_catalog(host, &op, cancel(&op, page).await, a)),
             }
