@@ -36,7 +36,7 @@ const MAX_EVENT_BYTES: usize = 256 * 1024;
 /// Execution-ledger items retained per operation (older ones leave a gap).
 const MAX_LEDGER: usize = 256;
 /// Largest `payloadSummary` of one ledger item; a larger one is summarised by size.
-const MAX_SUMMARY_BYTES: usize = 4096;
+const MAX_SUMMARY_BYTES: usize = 512;
 pub const LEDGER_SCHEMA: &str = "aab.execution-fact/v1";
 const MAX_ISSUED: usize = 4096;
 /// Outstanding host replies (calls, asks, control points) before `channel_backlog`.
@@ -333,11 +333,13 @@ pub struct Page {
 }
 
 impl Page {
-    pub const FIRST: Page = Page { after: 0, events: 100, history: 100 };
+    /// History pages default to 20 items (as Intent's): with the events they share
+    /// the reply's output budget.
+    pub const FIRST: Page = Page { after: 0, events: 100, history: 20 };
 
     pub fn of(a: &Value) -> Page {
         let n = |k: &str| a.get(k).and_then(Value::as_u64).map(|n| n as usize);
-        Page { after: a.get("afterSequence").and_then(Value::as_u64).unwrap_or(0), events: n("eventLimit").unwrap_or(100), history: n("limit").unwrap_or(100) }
+        Page { after: a.get("afterSequence").and_then(Value::as_u64).unwrap_or(0), events: n("eventLimit").unwrap_or(Page::FIRST.events), history: n("limit").unwrap_or(Page::FIRST.history) }
     }
 }
 

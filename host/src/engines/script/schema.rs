@@ -91,7 +91,7 @@ fn operations() -> Vec<(&'static str, &'static str, Value, Vec<&'static str>)> {
     let read = json!({
         "operationId": id,
         "afterSequence": {"type": "integer", "minimum": 0, "maximum": 9007199254740991u64, "description": "Continuation cursor: the previous status/wait response's eventSequence; events and history after it are returned. Not history.lastSequence (that one pages history alone)."},
-        "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "history (execution ledger) items per response (default 100)"},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "history (execution ledger) items per response (default 20)"},
         "eventLimit": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "events per response (default 100)"},
         "includeCatalog": {"type": "boolean", "description": "add the commands this script may call"}
     });
