@@ -182,8 +182,9 @@ impl Drop for ScriptChild {
 /// The child must not outlive the runtime, even when the runtime is killed with
 /// SIGKILL while the program never yields (a synchronous `while (true) {}` leaves the
 /// SDK's own watchers no chance to run): on Linux the kernel sends SIGKILL when the
-/// spawning thread dies (a tokio worker, alive as long as the runtime). The SDKs also
-/// watch their parent themselves (portable, and for the process group).
+/// spawning thread dies (a tokio worker, alive as long as the runtime; so never spawn
+/// from `spawn_blocking` or `block_in_place`, whose threads end when idle). The SDKs
+/// also watch their parent themselves (portable, and for the process group).
 #[cfg(target_os = "linux")]
 fn die_with_parent(command: &mut tokio::process::Command) {
     // SAFETY: getpid is async-signal-safe and called before the fork.
