@@ -1267,7 +1267,10 @@ async fn ctx_call(host: &Arc<ExecutionHost>, op: &Arc<Op>, command: &str, args: 
             });
             if let Some(c) = capture {
                 if let Some(token) = c["watermarkCursor"].as_str() {
-                    let w = Watermark { window: s.window, coverage: e["coverage"]["status"].clone(), stream: c["stream"].clone(), target: c["target"].clone() };
+                    // Taken while a mutation was in flight, it may postdate that action:
+                    // it counts as of the window after it (never as pre-action for it).
+                    let window = s.window + u64::from(s.inflight_mutations);
+                    let w = Watermark { window, coverage: e["coverage"]["status"].clone(), stream: c["stream"].clone(), target: c["target"].clone() };
                     s.issue_watermark(token, w);
                 }
                 e["capture"] = c;
