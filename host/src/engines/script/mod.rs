@@ -152,7 +152,7 @@ pub struct State {
     pub diagnostics: Option<Value>,
     pub result_ref: Option<Value>,
     events: VecDeque<(u64, usize, Value)>,
-    /// The execution ledger: (sequence, kind, atMs, revision, fields) of every event;
+    /// The execution ledger: (sequence, kind, atMs, revision, compact fields) of every event;
     /// kept apart from the byte-bounded event log so `history` pages independently.
     ledger: VecDeque<(u64, String, u64, u64, Value)>,
     /// Highest ledger sequence evicted so far (0 = none): a page after an earlier
@@ -234,7 +234,7 @@ impl State {
                 e.insert(k.clone(), v.clone());
             }
         }
-        self.ledger.push_back((self.event_seq, kind.to_string(), at_ms, self.checkpoint_revision, fields));
+        self.ledger.push_back((self.event_seq, kind.to_string(), at_ms, self.checkpoint_revision, compact_fields(&fields)));
         while self.ledger.len() > MAX_LEDGER {
             if let Some((seq, ..)) = self.ledger.pop_front() {
                 self.ledger_evicted_through = seq;
@@ -300,8 +300,10 @@ pub struct Watermark {
     pub target: Value,
 }
 
-/// One `aab.execution-fact/v1` item of the ledger.
-fn ledger_item(execution_id: &str, target: &Value, seq: u64, kind: &str, at_ms: u64, revision: u64, fields: &Value) -> Value {
+/// The ledger's compact form of an event's fields, made once at emit so a ledger
+/// item stays small whatever the event held: `{actionId, timings, evidenceRefs,
+/// summary}`, the summary being the remaining fields or `{truncated, bytes}`.
+fn compact_fields(fields: &Value) -> Value {
     let mut summary = fields.clone();
     let mut take = |k: &str| summary.as_object_mut().and_then(|m| m.remove(k));
     let action_id = take("actionId").unwrap_or(Value::Null);
@@ -317,10 +319,15 @@ fn ledger_item(execution_id: &str, target: &Value, seq: u64, kind: &str, at_ms: 
     if bytes > MAX_SUMMARY_BYTES {
         summary = json!({"truncated": true, "bytes": bytes});
     }
+    json!({"actionId": action_id, "timings": timings, "evidenceRefs": refs, "summary": summary})
+}
+
+/// One `aab.execution-fact/v1` item of the ledger.
+fn ledger_item(execution_id: &str, target: &Value, seq: u64, kind: &str, at_ms: u64, revision: u64, compact: &Value) -> Value {
     json!({
         "schemaVersion": LEDGER_SCHEMA, "executionId": execution_id, "sequence": seq, "revision": revision, "kind": kind,
-        "target": target, "timestampMs": at_ms, "actionId": action_id, "parentFactId": null,
-        "payloadSummary": summary, "evidenceRefs": refs, "timings": timings,
+        "target": target, "timestampMs": at_ms, "actionId": compact["actionId"], "parentFactId": null,
+        "payloadSummary": compact["summary"], "evidenceRefs": compact["evidenceRefs"], "timings": compact["timings"],
     })
 }
 
