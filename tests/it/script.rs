@@ -193,6 +193,8 @@ fn script_runtime_lost_after_kill_9() {
     assert_eq!(v["status"], json!("failed"), "{v}");
     assert_eq!(v["error"], json!("runtime_lost"), "{v}");
     assert_eq!(v["restored"], json!(true), "{v}");
+    // The ledger lived in the lost runtime: the history says so instead of looking empty.
+    assert_eq!(v["history"], json!({"items": [], "lastSequence": 0, "hasMore": false, "gap": true}), "{v}");
     no_children(&env);
 }
 
@@ -695,4 +697,309 @@ fn script_call_throughput_on_fixture_echo() {
         println!("script {language}: ctx.call fixture-echo {:.0} calls/s ({n} calls in {ms} ms in-script; {wall} ms start-to-terminal wall clock)", n * 1000.0 / ms);
         no_children(&env);
     }
+}
+
+// ------------------------------------------------------------------ issue 10: contract fidelity
+
+/// A rejection before anything ran: one JSON reply, exit 1, `failureStage:"validation"`.
+#[track_caller]
+fn rejected(env: &TestEnv, args: &[&str], code: &str, field: &str) -> Value {
+    let mut argv = vec!["script"];
+    argv.extend_from_slice(args);
+    let run = env.aab(&argv);
+    let body = env.json_of(&run);
+    env.check(run.exit() == 1, &run, "a rejected script request exits 1");
+    env.check(body.get("failureStage") == Some(&json!("validation")), &run, "failureStage must be `validation`");
+    env.check(body.pointer("/execution/error") == Some(&json!(code)), &run, &format!("expected error `{code}`"));
+    env.check(body.pointer("/execution/field") == Some(&json!(field)), &run, &format!("expected field `{field}`"));
+    env.check(body.pointer("/execution/dispatched") == Some(&json!(false)), &run, "nothing dispatched");
+    body
+}
+
+#[test]
+fn script_operations_accept_only_their_own_fields_and_strict_targets() {
+    let env = TestEnv::new();
+    let js = spec("javascript", "exports.main = async () => 1;", json!({}));
+    let js_text = js.to_string();
+    // Every operation given a field of another operation is refused, naming the field.
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--operation", "status", "--operation-id", "x", "--script", &js_text], "script"),
+        (vec!["--operation", "status", "--operation-id", "x", "--wait-ms", "10"], "waitMs"),
+        (vec!["--operation", "wait", "--operation-id", "x", "--recording-dir", "d"], "recordingDir"),
+        (vec!["--operation", "result", "--operation-id", "x", "--after-sequence", "0"], "afterSequence"),
+        (vec!["--operation", "pause", "--operation-id", "x", "--decision", "true"], "decision"),
+        (vec!["--operation", "cancel", "--operation-id", "x", "--python-path", "python3"], "pythonPath"),
+        (vec!["--operation", "resume", "--operation-id", "x", "--question-id", "q"], "questionId"),
+        (vec!["--operation", "decide", "--operation-id", "x", "--revision", "1", "--decision", "1", "--script", &js_text], "script"),
+        (vec!["--operation", "runtime-status", "--operation-id", "x"], "operationId"),
+        (vec!["--operation", "start", "--script", &js_text, "--event-limit", "5"], "eventLimit"),
+    ];
+    for (args, field) in &cases {
+        let body = rejected(&env, args, "unsupported_argument", field);
+        println!("{:?} → {}", args.iter().take(2).collect::<Vec<_>>(), body["execution"]["message"]);
+    }
+    // The same through MCP.
+    let mut mcp = env.mcp();
+    let (body, is_error) = mcp.call_tool("run", json!({"command": "script", "arguments": {"operation": "status", "operationId": "x", "script": js}, "extract": null}));
+    assert!(is_error, "{body}");
+    assert_eq!((&body["execution"]["error"], &body["execution"]["field"], &body["failureStage"]), (&json!("unsupported_argument"), &json!("script"), &json!("validation")), "{body}");
+    drop(mcp);
+
+    // pythonPath on a JavaScript script: rejected at validation, before anything exists.
+    rejected(&env, &["--operation", "start", "--operation-id", "py-path", "--python-path", "python3", "--script", &js_text], "unsupported_argument", "pythonPath");
+
+    // Script target fields: only those of the target's platform.
+    let web = json!({"platform": "web", "sessionId": "s1", "runtimeEpoch": "e1"});
+    let with_target = |extra: Value| {
+        let mut t = web.clone();
+        for (k, v) in extra.as_object().unwrap() {
+            t[k] = v.clone();
+        }
+        spec("javascript", "exports.main = async () => 1;", json!({"target": t})).to_string()
+    };
+    rejected(&env, &["--operation", "start", "--operation-id", "t-foo", "--script", &with_target(json!({"foo": 1}))], "unsupported_argument", "script.target.foo");
+    rejected(&env, &["--operation", "start", "--operation-id", "t-webview", "--script", &with_target(json!({"webViewId": "w1"}))], "unsupported_argument", "script.target.webViewId");
+    rejected(&env, &["--operation", "start", "--operation-id", "t-serial", "--script", &with_target(json!({"serial": "emulator-5554"}))], "unsupported_argument", "script.target.serial");
+    rejected(&env, &["--operation", "start", "--operation-id", "t-platform", "--script", &with_target(json!({"platform": "desktop"}))], "invalid_argument", "script.target.platform");
+    rejected(&env, &["--operation", "start", "--operation-id", "t-missing", "--script", &spec("javascript", "exports.main = async () => 1;", json!({"target": {"platform": "web", "sessionId": "s1"}})).to_string()], "missing_argument", "script.target.runtimeEpoch");
+    // Nothing was created by any of them.
+    for id in ["py-path", "t-foo", "t-webview", "t-serial", "t-platform", "t-missing"] {
+        let v = script(&env, &["--operation", "status", "--operation-id", id]);
+        assert_eq!(v.pointer("/execution/error"), Some(&json!("unknown_operation")), "{id}: {v}");
+    }
+    // Supported fields still start: a web target with targetId, an iOS target with webViewId.
+    start(&env, "t-web", &spec("javascript", "exports.main = async () => 1;", json!({"target": {"platform": "web", "sessionId": "s1", "runtimeEpoch": "e1", "targetId": "main"}})));
+    start(&env, "t-ios", &spec("javascript", "exports.main = async () => 1;", json!({"target": {"platform": "ios", "deviceId": "d1", "bundleId": "com.example.app", "webViewId": "w1"}})));
+    for id in ["t-web", "t-ios"] {
+        assert_eq!(wait_status(&env, id, &[])["status"], json!("completed"), "{id}");
+    }
+    // `resume --script` re-runs only a lost operation: given for a live one it is refused, not ignored.
+    let live = script(&env, &["--operation", "resume", "--operation-id", "t-web", "--script", &js_text]);
+    assert_eq!((live.pointer("/execution/error"), live.pointer("/execution/field")), (Some(&json!("unsupported_argument")), Some(&json!("script"))), "{live}");
+    no_children(&env);
+}
+
+#[test]
+fn script_checkpoint_that_could_not_be_persisted_leaves_an_event() {
+    let env = TestEnv::new();
+    // 9 MiB of state fits policy.maxOutputBytes but not one FactStore record (8 MiB):
+    // the store refuses the write.
+    let source = "exports.main = async (ctx) => { const k = await ctx.checkpoint('big', { pad: 'x'.repeat(9 * 1024 * 1024) }); const ok = await ctx.checkpoint('small', { n: 1 }); return { big: k, small: ok.persisted }; };";
+    start(&env, "ckpt-fail", &spec("javascript", source, json!({"policy": {"maxOutputBytes": 16 * 1024 * 1024}})));
+    let v = wait_status(&env, "ckpt-fail", &[]);
+    assert_eq!(v["status"], json!("completed"), "{v}");
+    let res = script_ok(&env, &["--operation", "result", "--operation-id", "ckpt-fail"])["result"].clone();
+    assert_eq!(res["big"]["persisted"], json!(false), "{res}");
+    assert_eq!(res["small"], json!(true), "{res}");
+    let code = res["big"]["error"].clone();
+    assert!(code.is_string(), "{res}");
+    let all = script_ok(&env, &["--operation", "status", "--operation-id", "ckpt-fail", "--event-limit", "1000"]);
+    let events = all["events"].as_array().unwrap();
+    let failed: Vec<&Value> = events.iter().filter(|e| e["type"] == json!("checkpoint_failed")).collect();
+    assert_eq!(failed.len(), 1, "{all}");
+    assert_eq!((&failed[0]["name"], &failed[0]["error"]), (&json!("big"), &code), "{all}");
+    assert!(failed[0]["message"].as_str().is_some_and(|m| !m.is_empty()), "{all}");
+    println!("checkpoint_failed event: {}", failed[0]);
+    // The persisted one has its own event, and the ledger holds both.
+    assert!(events.iter().any(|e| e["type"] == json!("checkpoint") && e["name"] == json!("small")), "{all}");
+    let kinds: Vec<&Value> = all["history"]["items"].as_array().unwrap().iter().map(|i| &i["kind"]).collect();
+    assert!(kinds.contains(&&json!("checkpoint_failed")) && kinds.contains(&&json!("checkpoint")), "{all}");
+    no_children(&env);
+}
+
+#[test]
+fn script_children_exit_when_the_runtime_is_killed() {
+    let env = TestEnv::new();
+    // Synchronous loops: the programs never yield to their SDK's event loop.
+    start(&env, "spin-js", &spec("javascript", "exports.main = () => { while (true) {} };", json!({})));
+    start(&env, "spin-py", &spec("python", "def main(ctx):\n    while True:\n        pass\n", json!({})));
+    let mut pids = Vec::new();
+    for id in ["spin-js", "spin-py"] {
+        wait_event(&env, id, "child_started");
+        let all = script_ok(&env, &["--operation", "status", "--operation-id", id, "--event-limit", "1000"]);
+        let pid = all["events"].as_array().unwrap().iter().find(|e| e["type"] == json!("child_started")).and_then(|e| e["pid"].as_i64()).expect("child pid");
+        pids.push(pid as i32);
+    }
+    // The children are running (and spinning) before the runtime dies.
+    assert!(pids.iter().all(|p| env.live_processes().contains(p)), "children should be alive: {pids:?}");
+    let runtime = env.runtime_pid().expect("runtime pid");
+    // SAFETY: the test's own runtime daemon.
+    unsafe {
+        libc::kill(runtime, libc::SIGKILL);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let live = env.live_processes();
+        let left: Vec<&i32> = pids.iter().filter(|p| live.contains(p)).collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "script children outlived the killed runtime: {left:?}\n{}", env.report(None));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    no_children(&env);
+}
+
+const LEDGER_JS: &str = r#"
+exports.main = async (ctx) => {
+  for (let i = 0; i < 5; i++) {
+    const r = await ctx.call('fixture-echo', { message: 'm' + i });
+    if (!r.ok) throw new Error(JSON.stringify(r.error));
+  }
+  const m = await ctx.call('fixture-sleep', { durationMs: 0, lane: 'ledger', tag: 'one' });
+  if (!m.ok) throw new Error(JSON.stringify(m.error));
+  // A control point per event: the host consumes every frame before the next (no backlog).
+  for (let i = 0; i < ctx.inputs.progress; i++) { ctx.progress({ i }); await ctx.controlPoint(); }
+  return m.execution.actionId;
+};
+"#;
+
+/// Every history item after `after`, page by page of `limit`, following `lastSequence`.
+fn history_pages(env: &TestEnv, id: &str, limit: usize) -> (Vec<Value>, usize) {
+    let (mut items, mut pages, mut after) = (Vec::new(), 0, 0u64);
+    loop {
+        let v = script_ok(env, &["--operation", "status", "--operation-id", id, "--after-sequence", &after.to_string(), "--limit", &limit.to_string()]);
+        let h = &v["history"];
+        let page = h["items"].as_array().unwrap();
+        assert!(page.len() <= limit, "{h}");
+        items.extend(page.iter().cloned());
+        pages += 1;
+        let last = h["lastSequence"].as_u64().unwrap();
+        if h["hasMore"] != json!(true) {
+            return (items, pages);
+        }
+        assert!(last > after, "the cursor moves: {h}");
+        after = last;
+    }
+}
+
+#[test]
+fn script_history_pages_the_execution_ledger_with_honest_cursors() {
+    let env = TestEnv::new();
+    env.install_fixtures();
+    let target = json!({"platform": "web", "sessionId": "ledger-session", "runtimeEpoch": "ledger-epoch"});
+    start(&env, "ledger", &spec("javascript", LEDGER_JS, json!({"target": target, "inputs": {"progress": 3}})));
+    assert_eq!(wait_status(&env, "ledger", &[])["status"], json!("completed"));
+    let action_id = script_ok(&env, &["--operation", "result", "--operation-id", "ledger"])["result"].clone();
+
+    // One big page and pages of 2 give the same items, in order, without repeats.
+    let all = script_ok(&env, &["--operation", "status", "--operation-id", "ledger", "--limit", "1000", "--event-limit", "1000"]);
+    let whole = all["history"]["items"].as_array().unwrap().clone();
+    assert_eq!(all["history"]["hasMore"], json!(false), "{all}");
+    assert_eq!(all["history"]["gap"], json!(false), "{all}");
+    assert_eq!(all["history"]["lastSequence"], whole.last().unwrap()["sequence"], "{all}");
+    let (paged, pages) = history_pages(&env, "ledger", 2);
+    assert_eq!(paged, whole, "paging by lastSequence loses and repeats nothing");
+    assert!(pages >= whole.len() / 2, "{pages} pages");
+    let seqs: Vec<u64> = whole.iter().map(|i| i["sequence"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    // Items are execution facts; each ctx.call has one completion record.
+    for item in &whole {
+        assert_eq!((&item["schemaVersion"], &item["executionId"], &item["target"]), (&json!("aab.execution-fact/v1"), &json!("ledger"), &target), "{item}");
+    }
+    let calls: Vec<&Value> = whole.iter().filter(|i| i["kind"] == json!("call_completed")).collect();
+    assert_eq!(calls.len(), 6, "{whole:?}");
+    for (n, c) in calls.iter().enumerate() {
+        assert_eq!(c["payloadSummary"]["callId"], json!(format!("call-{}", n + 1)), "{c}");
+        assert!(c["timings"]["durationMs"].is_u64() && c["timings"]["startedAtMs"].is_u64(), "{c}");
+    }
+    let mutation = calls[5];
+    assert_eq!((&mutation["payloadSummary"]["command"], &mutation["actionId"], &mutation["payloadSummary"]["dispatched"]), (&json!("fixture-sleep"), &action_id, &json!(true)), "{mutation}");
+    assert_eq!(mutation["evidenceRefs"].as_array().map(Vec::len), Some(2), "dispatch marker and action receipt: {mutation}");
+
+    // Events: a cut page's eventSequence is its last event, so continuing loses nothing.
+    let events_all: Vec<Value> = all["events"].as_array().unwrap().clone();
+    let (mut got, mut after) = (Vec::new(), 0u64);
+    loop {
+        let v = script_ok(&env, &["--operation", "status", "--operation-id", "ledger", "--after-sequence", &after.to_string(), "--event-limit", "3"]);
+        let page = v["events"].as_array().unwrap();
+        got.extend(page.iter().cloned());
+        let cursor = v["eventSequence"].as_u64().unwrap();
+        if v["eventsHasMore"] != json!(true) {
+            assert_eq!(cursor, v["latestEventSequence"].as_u64().unwrap(), "{v}");
+            break;
+        }
+        assert_eq!(Some(cursor), page.last().and_then(|e| e["sequence"].as_u64()), "{v}");
+        after = cursor;
+    }
+    assert_eq!(got, events_all);
+
+    // More than 256 events: the oldest ledger items are evicted and a page from before them says so.
+    start(&env, "ledger-big", &spec("javascript", LEDGER_JS, json!({"target": target, "inputs": {"progress": 300}})));
+    assert_eq!(wait_status(&env, "ledger-big", &[])["status"], json!("completed"));
+    let v = script_ok(&env, &["--operation", "status", "--operation-id", "ledger-big", "--limit", "1000"]);
+    let latest = v["latestEventSequence"].as_u64().unwrap();
+    assert_eq!(v["history"]["gap"], json!(true), "{}", v["history"]["lastSequence"]);
+    assert_eq!(v["history"]["items"].as_array().unwrap().len(), 256);
+    assert_eq!(v["history"]["lastSequence"], json!(latest));
+    let recent = script_ok(&env, &["--operation", "status", "--operation-id", "ledger-big", "--after-sequence", &(latest - 10).to_string()]);
+    assert_eq!((&recent["history"]["gap"], recent["history"]["items"].as_array().map(Vec::len)), (&json!(false), Some(10)), "{}", recent["history"]);
+    // Nothing newer: an empty page whose cursor stays at the latest item.
+    let none = script_ok(&env, &["--operation", "status", "--operation-id", "ledger-big", "--after-sequence", &latest.to_string()]);
+    assert_eq!(none["history"], json!({"items": [], "lastSequence": latest, "hasMore": false, "gap": false}));
+    no_children(&env);
+}
+
+const CAPTURE_JS: &str = r#"
+function expected(dom, c) {
+  const element = {};
+  for (const k of ['elementId', 'tag', 'id', 'name', 'type', 'role', 'ariaLabel', 'placeholder', 'href', 'text']) element[k] = c[k] === undefined ? null : c[k];
+  return { pageRef: dom.result.pageRef, element };
+}
+exports.main = async (ctx) => {
+  const must = (r, what) => { if (!r.ok) throw new Error(what + ': ' + JSON.stringify(r.error)); return r; };
+  const v = async (name, evidence, extra = {}) => { const r = await ctx.assert({ name, condition: true, evidence, ...extra }); return [r.verdict, r.reason]; };
+  const before = must(await ctx.call('web-logs', {}), 'before');
+  const dom = must(await ctx.call('web-dom', {}), 'dom');
+  const terms = dom.result.dom.controls.find((c) => c.id === 'terms');
+  must(await ctx.call('web-click', { selector: { elementId: terms.elementId }, expectedTarget: expected(dom, terms) }), 'click');
+  const moved = must(await ctx.call('web-logs', {}), 'moved');
+  const window = must(await ctx.call('web-logs', { factCursor: before.result.watermarkCursor }), 'window');
+  const late = must(await ctx.call('web-logs', { factCursor: moved.result.watermarkCursor }), 'late');
+  const history = must(await ctx.call('web-logs', { view: 'connected-history' }), 'history');
+  return {
+    coverage: [before, moved, window, late, history].map((r) => r.evidence.coverage.status),
+    capture: window.evidence.capture,
+    verdicts: {
+      window: await v('window', window.evidence),
+      windowStream: await v('window stream', window.evidence, { requiredEvidence: ['logs'] }),
+      windowOtherStream: await v('other stream', window.evidence, { requiredEvidence: ['network'] }),
+      noLowerWatermark: await v('no lower', moved.evidence),
+      watermarkMoved: await v('moved', late.evidence),
+      partialCoverage: await v('history', history.evidence),
+      preAction: await v('pre', before.evidence),
+    },
+  };
+};
+"#;
+
+#[test]
+fn script_capture_assertions_check_watermarks_and_coverage() {
+    let mut web = SampleWeb::start();
+    let page = web.open_connected("form.html", None);
+    let env = &web.env;
+    let target = json!({"platform": "web", "sessionId": page.session_id, "runtimeEpoch": page.runtime_epoch});
+    start(env, "capture", &spec("javascript", CAPTURE_JS, json!({"target": target})));
+    let v = wait_status(env, "capture", &[]);
+    assert_eq!(v["status"], json!("completed"), "{v}\n{}", env.report(None));
+    let r = script_ok(env, &["--operation", "result", "--operation-id", "capture"])["result"].clone();
+    println!("capture evidence: {}", r["capture"]);
+    assert_eq!(r["coverage"], json!(["complete", "complete", "complete", "complete", "partial"]), "{r}");
+    assert!(r["capture"]["watermarkCursor"].as_str().is_some_and(|w| w.starts_with("wc1:")), "{r}");
+    assert_eq!(r["capture"]["stream"], json!("logs"), "{r}");
+    assert_eq!(
+        r["verdicts"],
+        json!({
+            "window": ["passed", null],
+            "windowStream": ["passed", null],
+            "windowOtherStream": ["inconclusive", "required_evidence_missing"],
+            "noLowerWatermark": ["inconclusive", "capture_watermark_missing"],
+            "watermarkMoved": ["inconclusive", "capture_watermark_not_pre_action"],
+            "partialCoverage": ["inconclusive", "coverage_incomplete"],
+            "preAction": ["inconclusive", "evidence_outside_action_window"],
+        }),
+        "{r}"
+    );
+    web.chrome.close(&page.tab);
+    no_children(&web.env);
 }

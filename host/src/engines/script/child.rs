@@ -107,6 +107,7 @@ impl ScriptChild {
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .process_group(0);
+        die_with_parent(&mut command);
         let mut child = command.spawn().map_err(|e| cleanup(format!("cannot start {}: {e}", runtime.display())))?;
         let pgid = child.id().map(|p| p as i32).unwrap_or(0);
         let stdin = child.stdin.take().expect("piped stdin");
@@ -177,6 +178,34 @@ impl Drop for ScriptChild {
         }
     }
 }
+
+/// The child must not outlive the runtime, even when the runtime is killed with
+/// SIGKILL while the program never yields (a synchronous `while (true) {}` leaves the
+/// SDK's own watchers no chance to run): on Linux the kernel sends SIGKILL when the
+/// spawning thread dies (a tokio worker, alive as long as the runtime; so never spawn
+/// from `spawn_blocking` or `block_in_place`, whose threads end when idle). The SDKs
+/// also watch their parent themselves (portable, and for the process group).
+#[cfg(target_os = "linux")]
+fn die_with_parent(command: &mut tokio::process::Command) {
+    // SAFETY: getpid is async-signal-safe and called before the fork.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died before prctl took effect.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn die_with_parent(_command: &mut tokio::process::Command) {}
 
 /// Split stdout into frames. A line longer than `max` (or an unterminated tail
 /// beyond it) is `frame_too_large`; a line that is not a JSON object with a string

@@ -11,6 +11,7 @@
 
 mod child;
 mod ops;
+mod schema;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -19,7 +20,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use aab_plugin_api::CommandSpec;
-use aab_plugin_api::protocol::Mutation;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
@@ -33,6 +33,11 @@ pub const SPEC_SCHEMA: &str = "aab.code-script/v1";
 const MAX_OPERATIONS: usize = 256;
 const MAX_EVENTS: usize = 256;
 const MAX_EVENT_BYTES: usize = 256 * 1024;
+/// Execution-ledger items retained per operation (older ones leave a gap).
+const MAX_LEDGER: usize = 256;
+/// Largest `payloadSummary` of one ledger item; a larger one is summarised by size.
+const MAX_SUMMARY_BYTES: usize = 512;
+pub const LEDGER_SCHEMA: &str = "aab.execution-fact/v1";
 const MAX_ISSUED: usize = 4096;
 /// Outstanding host replies (calls, asks, control points) before `channel_backlog`.
 const MAX_OUTSTANDING: usize = 32;
@@ -147,6 +152,12 @@ pub struct State {
     pub diagnostics: Option<Value>,
     pub result_ref: Option<Value>,
     events: VecDeque<(u64, usize, Value)>,
+    /// The execution ledger: (sequence, kind, atMs, revision, compact fields) of every event;
+    /// kept apart from the byte-bounded event log so `history` pages independently.
+    ledger: VecDeque<(u64, String, u64, u64, Value)>,
+    /// Highest ledger sequence evicted so far (0 = none): a page after an earlier
+    /// cursor has a gap.
+    ledger_evicted_through: u64,
     pub event_seq: u64,
     event_bytes: usize,
     pub dropped: u64,
@@ -160,6 +171,10 @@ pub struct State {
     pub window: u64,
     issued: HashMap<String, (String, u64)>,
     issued_order: VecDeque<String>,
+    /// Capture watermarks (`watermarkCursor`) issued to this operation by its capture
+    /// reads, for the pre-action watermark check of capture assertions.
+    watermarks: HashMap<String, Watermark>,
+    watermark_order: VecDeque<String>,
     pub last_checkpoint: Option<Value>,
     pub calls: u64,
     pub child_pid: Option<i32>,
@@ -182,6 +197,8 @@ impl State {
             diagnostics: None,
             result_ref: None,
             events: VecDeque::new(),
+            ledger: VecDeque::new(),
+            ledger_evicted_through: 0,
             event_seq: 0,
             event_bytes: 0,
             dropped: 0,
@@ -195,6 +212,8 @@ impl State {
             window: 0,
             issued: HashMap::new(),
             issued_order: VecDeque::new(),
+            watermarks: HashMap::new(),
+            watermark_order: VecDeque::new(),
             last_checkpoint: None,
             calls: 0,
             child_pid: None,
@@ -208,10 +227,17 @@ impl State {
     /// Append one event to the bounded log (oldest evicted first).
     pub fn emit(&mut self, kind: &str, fields: Value) {
         self.event_seq += 1;
-        let mut event = json!({"sequence": self.event_seq, "type": kind, "atMs": crate::ids::now_ms()});
-        if let (Value::Object(e), Value::Object(f)) = (&mut event, fields) {
+        let at_ms = crate::ids::now_ms();
+        let mut event = json!({"sequence": self.event_seq, "type": kind, "atMs": at_ms});
+        if let (Value::Object(e), Value::Object(f)) = (&mut event, &fields) {
             for (k, v) in f {
-                e.insert(k, v);
+                e.insert(k.clone(), v.clone());
+            }
+        }
+        self.ledger.push_back((self.event_seq, kind.to_string(), at_ms, self.checkpoint_revision, compact_fields(&fields)));
+        while self.ledger.len() > MAX_LEDGER {
+            if let Some((seq, ..)) = self.ledger.pop_front() {
+                self.ledger_evicted_through = seq;
             }
         }
         let bytes = event.to_string().len();
@@ -235,8 +261,92 @@ impl State {
         }
     }
 
+    /// Remember a capture watermark this operation was issued (bounded like `issued`).
+    fn issue_watermark(&mut self, token: &str, w: Watermark) {
+        if self.watermarks.insert(token.to_string(), w).is_none() {
+            self.watermark_order.push_back(token.to_string());
+        }
+        while self.watermark_order.len() > MAX_ISSUED {
+            if let Some(old) = self.watermark_order.pop_front() {
+                self.watermarks.remove(&old);
+            }
+        }
+    }
+
+    /// One page of the execution ledger after `after` (`aab.execution-fact/v1`
+    /// items): `lastSequence` is the cursor of the next page, `hasMore` says one
+    /// exists, `gap` that items after `after` were evicted.
+    fn history(&self, execution_id: &str, target: &Value, after: u64, limit: usize) -> Value {
+        let newer: Vec<&(u64, String, u64, u64, Value)> = self.ledger.iter().filter(|(seq, ..)| *seq > after).collect();
+        let page: Vec<Value> = newer.iter().take(limit).map(|(seq, kind, at, revision, fields)| ledger_item(execution_id, target, *seq, kind, *at, *revision, fields)).collect();
+        let last = match page.len() {
+            0 => self.ledger.back().map(|(seq, ..)| *seq).unwrap_or(self.ledger_evicted_through),
+            n => newer[n - 1].0,
+        };
+        json!({"items": page, "lastSequence": last, "hasMore": newer.len() > page.len(), "gap": after < self.ledger_evicted_through})
+    }
+
     fn control(&self) -> Value {
         json!({"status": self.status, "pauseReason": self.pause_reason, "checkpoint": self.last_checkpoint})
+    }
+}
+
+/// A capture watermark as issued: the action window it was read in, its read's
+/// coverage status, and the stream and target it belongs to.
+pub struct Watermark {
+    pub window: u64,
+    pub coverage: Value,
+    pub stream: Value,
+    pub target: Value,
+}
+
+/// The ledger's compact form of an event's fields, made once at emit so a ledger
+/// item stays small whatever the event held: `{actionId, timings, evidenceRefs,
+/// summary}`, the summary being the remaining fields or `{truncated, bytes}`.
+fn compact_fields(fields: &Value) -> Value {
+    let mut summary = fields.clone();
+    let mut take = |k: &str| summary.as_object_mut().and_then(|m| m.remove(k));
+    let action_id = take("actionId").unwrap_or(Value::Null);
+    let timings = take("timings").unwrap_or(Value::Null);
+    let mut refs: Vec<Value> = match take("evidenceRefs") {
+        Some(Value::Array(list)) => list,
+        _ => vec![],
+    };
+    if let Some(id) = fields.get("evidenceId").filter(|v| v.is_string()) {
+        refs.push(id.clone());
+    }
+    let bytes = summary.to_string().len();
+    if bytes > MAX_SUMMARY_BYTES {
+        summary = json!({"truncated": true, "bytes": bytes});
+    }
+    json!({"actionId": action_id, "timings": timings, "evidenceRefs": refs, "summary": summary})
+}
+
+/// One `aab.execution-fact/v1` item of the ledger.
+fn ledger_item(execution_id: &str, target: &Value, seq: u64, kind: &str, at_ms: u64, revision: u64, compact: &Value) -> Value {
+    json!({
+        "schemaVersion": LEDGER_SCHEMA, "executionId": execution_id, "sequence": seq, "revision": revision, "kind": kind,
+        "target": target, "timestampMs": at_ms, "actionId": compact["actionId"], "parentFactId": null,
+        "payloadSummary": compact["summary"], "evidenceRefs": compact["evidenceRefs"], "timings": compact["timings"],
+    })
+}
+
+/// What one status-like response returns: events and history after `after`.
+#[derive(Clone, Copy)]
+pub struct Page {
+    pub after: u64,
+    pub events: usize,
+    pub history: usize,
+}
+
+impl Page {
+    /// History pages default to 20 items (as Intent's): with the events they share
+    /// the reply's output budget.
+    pub const FIRST: Page = Page { after: 0, events: 100, history: 20 };
+
+    pub fn of(a: &Value) -> Page {
+        let n = |k: &str| a.get(k).and_then(Value::as_u64).map(|n| n as usize);
+        Page { after: a.get("afterSequence").and_then(Value::as_u64).unwrap_or(0), events: n("eventLimit").unwrap_or(Page::FIRST.events), history: n("limit").unwrap_or(Page::FIRST.history) }
     }
 }
 
@@ -276,21 +386,28 @@ impl Op {
         TERMINAL.contains(&self.lock().status)
     }
 
-    fn snapshot(&self, operation: &str, after: u64, limit: usize) -> Value {
+    fn snapshot(&self, operation: &str, page: Page) -> Value {
         // The recording lock is taken before (never under) the state lock.
         let recording = self.recording.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|r| {
             json!({"dir": r.dir().display().to_string(), "recordingId": r.recording_id(), "sequence": self.recording_seq.load(Ordering::SeqCst)})
         });
         let s = self.lock();
-        let events: Vec<Value> = s.events.iter().filter(|(seq, _, _)| *seq > after).take(limit).map(|(_, _, e)| e.clone()).collect();
+        let after = page.after;
+        let newer = s.events.iter().filter(|(seq, _, _)| *seq > after).count();
+        let events: Vec<Value> = s.events.iter().filter(|(seq, _, _)| *seq > after).take(page.events).map(|(_, _, e)| e.clone()).collect();
         let first_retained = s.events.front().map(|(seq, _, _)| *seq).unwrap_or(s.event_seq + 1);
+        // The cursor is honest: when the page was cut, it is the last event returned
+        // (continuing from it loses nothing), else the operation's latest event.
+        let more_events = newer > events.len();
+        let cursor = if more_events { events.last().and_then(|e| e["sequence"].as_u64()).unwrap_or(after) } else { s.event_seq };
         let mut v = json!({
             "ok": true, "command": "script", "operation": operation, "operationId": self.id,
             "status": s.status, "pauseReason": s.pause_reason,
             "pendingQuestion": s.pending_question.as_ref().filter(|_| s.status == "waiting_for_agent").map(|q| json!({"questionId": q.request_id, "requestId": q.request_id, "revision": q.revision, "request": q.request})),
             "error": s.error, "message": s.message, "hash": self.spec.hash, "resultRef": s.result_ref,
-            "eventSequence": s.event_seq, "events": events,
+            "eventSequence": cursor, "events": events, "eventsHasMore": more_events, "latestEventSequence": s.event_seq,
             "eventGap": after + 1 < first_retained && s.dropped > 0,
+            "history": s.history(&self.id, &self.spec.target, after, page.history),
             "language": self.spec.language.name(), "actionSequence": s.action_seq, "ambiguous": s.ambiguous,
             "calls": s.calls, "restored": false,
         });
@@ -307,81 +424,7 @@ impl Op {
 
 /// The `script` command spec.
 pub fn spec() -> Option<CommandSpec> {
-    let id = json!({"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", "description": "The operation id (start: optional, default script-<ms>-<n>)"});
-    let size = json!({"type": "integer", "minimum": 1, "maximum": 64 * MIB});
-    let schema = json!({
-        "type": "object",
-        "additionalProperties": false,
-        "properties": {
-            "operation": {"type": "string", "enum": ["start", "status", "wait", "result", "pause", "resume", "decide", "cancel", "runtime-status"],
-                "description": "start a script; status/wait read its state and events; result reads the persisted return value; pause/resume/cancel control it; decide answers ctx.askAgent; runtime-status lists the script runtimes"},
-            "operationId": id,
-            "script": {
-                "type": "object",
-                "additionalProperties": false,
-                "description": "aab.code-script/v1 spec (start)",
-                "properties": {
-                    "schemaVersion": {"const": SPEC_SCHEMA},
-                    "language": {"type": "string", "enum": ["javascript", "python"]},
-                    "source": {"type": "string", "minLength": 1, "maxLength": 4 * MIB, "description": "program text (exclusive with sourcePath)"},
-                    "sourcePath": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "program file, read once at start; relative to the caller's cwd"},
-                    "name": {"type": "string", "minLength": 1, "maxLength": 256},
-                    "cwd": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "working directory of the program (default the caller's cwd)"},
-                    "entrypoint": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]{0,127}$", "description": "function called with ctx (default main)"},
-                    "target": {"type": ["object", "null"], "description": "execution target, e.g. {platform:\"web\", sessionId, runtimeEpoch}; its identity fields are default arguments of ctx.call"},
-                    "inputs": {"type": "object", "description": "ctx.inputs"},
-                    "permissions": {"type": "array", "uniqueItems": true, "items": {"type": "string", "enum": PERMISSIONS}, "description": "default app.read, app.interact, capture.read"},
-                    "policy": {
-                        "type": "object",
-                        "additionalProperties": false,
-                        "properties": {
-                            "timeoutMs": {"type": "integer", "minimum": 1, "maximum": 86_400_000, "description": "whole-script deadline (default 600000)"},
-                            "restartPolicy": {"type": "string", "enum": ["none", "checkpoint"]},
-                            "maxOutputBytes": size,
-                            "maxProgressBytes": size
-                        }
-                    }
-                },
-                "required": ["schemaVersion", "language"],
-                "oneOf": [{"required": ["source"]}, {"required": ["sourcePath"]}]
-            },
-            "recordingDir": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "new directory for recorded call payloads (start; parent must exist)"},
-            "pythonPath": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "Python executable (start, python only)"},
-            "afterSequence": {"type": "integer", "minimum": 0, "maximum": 9007199254740991u64, "description": "Continuation cursor: the previous status/wait response's eventSequence"},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
-            "eventLimit": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "events per response (default 100)"},
-            "includeCatalog": {"type": "boolean", "description": "add the commands this script may call"},
-            "waitMs": {"type": "integer", "minimum": 0, "maximum": 60000, "description": "Upper bound of one wait call in milliseconds (default 30000)"},
-            "questionId": {"type": "string", "minLength": 1, "maxLength": 256, "description": "pendingQuestion.questionId to answer (decide). `requestId` is also accepted, but it is the host's idempotency key too: a rejected decide then blocks that id for a different answer"},
-            "revision": {"type": "integer", "minimum": 0, "maximum": 9007199254740991u64, "description": "the pending question's revision (decide)"},
-            "decision": {"description": "JSON answer to the pending ctx.askAgent question (decide); any JSON value including null and false"}
-        },
-        "required": ["operation"],
-        "oneOf": [
-            {"properties": {"operation": {"const": "start"}}, "required": ["script"]},
-            {"properties": {"operation": {"enum": ["status", "wait", "result", "pause", "resume", "cancel"]}}, "required": ["operationId"]},
-            {"properties": {"operation": {"const": "decide"}}, "required": ["operationId", "revision", "decision"]},
-            {"properties": {"operation": {"const": "runtime-status"}}}
-        ]
-    });
-    Some(CommandSpec {
-        command: crate::builtins::SCRIPT.into(),
-        domain: "execution".into(),
-        summary: "Run a JavaScript or Python program against a target with ctx.call, assertions, progress, checkpoints and agent questions; status, wait, pause, resume, decide, cancel and read its persisted result".into(),
-        platform: "multi".into(),
-        role: "execution".into(),
-        target_kind: "platform-target".into(),
-        script_permission: None,
-        mutation: Mutation::Conditional,
-        mutating_operations: vec!["start".into(), "pause".into(), "resume".into(), "decide".into(), "cancel".into()],
-        execution_schemas: vec![],
-        target_key: vec![],
-        lane: None,
-        device_key: vec![],
-        default_timeout_ms: 90_000,
-        max_timeout_ms: 600_000,
-        input_schema: schema,
-    })
+    Some(schema::spec())
 }
 
 /// Boxed (not `async fn`): `ctx.call` runs `ExecutionHost::call`, which reaches this

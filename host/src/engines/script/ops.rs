@@ -42,8 +42,7 @@ async fn persist(host: &Arc<ExecutionHost>, op_id: &str, kind: &'static str, pay
 pub async fn dispatch(host: &Arc<ExecutionHost>, a: &Value, cwd: &str) -> Result<Value, CommandError> {
     let operation = arg_str(a, "operation").unwrap_or("status");
     let id = arg_str(a, "operationId").unwrap_or_default().to_string();
-    let after = a.get("afterSequence").and_then(Value::as_u64).unwrap_or(0);
-    let limit = a.get("eventLimit").or_else(|| a.get("limit")).and_then(Value::as_u64).unwrap_or(100) as usize;
+    let page = Page::of(a);
     let engine = &host.scripts;
     match operation {
         "start" => start(host, a, cwd).await,
@@ -61,16 +60,23 @@ pub async fn dispatch(host: &Arc<ExecutionHost>, a: &Value, cwd: &str) -> Result
                 };
             };
             match operation {
-                "status" => Ok(with_catalog(host, &op, op.snapshot("status", after, limit), a)),
+                "status" => Ok(with_catalog(host, &op, op.snapshot("status", page), a)),
                 "wait" => {
                     let wait_ms = a.get("waitMs").and_then(Value::as_u64).unwrap_or(30_000);
-                    Ok(wait(&op, after, limit, wait_ms).await)
+                    Ok(with_catalog(host, &op, wait(&op, page, wait_ms).await, a))
                 }
                 "result" => result(host, &op).await,
-                "pause" => pause(&op).map(|_| op.snapshot("pause", after, limit)),
-                "resume" => resume(&op).map(|_| op.snapshot("resume", after, limit)),
-                "decide" => decide(&op, a).map(|_| op.snapshot("decide", after, limit)),
-                _ => Ok(cancel(&op, after, limit).await),
+                "pause" => pause(&op).map(|_| with_catalog(host, &op, op.snapshot("pause", page), a)),
+                "resume" => {
+                    // `script`/`pythonPath` re-run a lost operation; a live one is not re-run,
+                    // so they would be dropped silently.
+                    if let Some(k) = ["script", "pythonPath"].into_iter().find(|k| a.get(*k).is_some()) {
+                        return Err(CommandError::new("unsupported_argument", format!("unsupported argument `{k}`: operation `{id}` is live in this runtime; only a lost checkpoint-policy operation is resumed with {k}")).with_field(k));
+                    }
+                    resume(&op).map(|_| with_catalog(host, &op, op.snapshot("resume", page), a))
+                }
+                "decide" => decide(&op, a).map(|_| with_catalog(host, &op, op.snapshot("decide", page), a)),
+                _ => Ok(with_catalog(host, &op, cancel(&op, page).await, a)),
             }
         }
         other => Err(CommandError::invalid("operation", format!("unknown script operation `{other}`"))),
@@ -223,7 +229,7 @@ async fn start(host: &Arc<ExecutionHost>, a: &Value, caller_cwd: &str) -> Result
     let timeout = Duration::from_millis(frozen.timeout_ms);
     let op = launch(host, id, frozen, recording, timeout, crate::ids::now_ms(), State::new())?;
     op.update(|s| s.emit("script_started", json!({"hash": op.spec.hash, "language": op.spec.language.name()})));
-    Ok(op.snapshot("start", 0, 100))
+    Ok(op.snapshot("start", Page::FIRST))
 }
 
 /// Register the operation and start its supervisor task.
@@ -264,7 +270,8 @@ async fn stored_exists(host: &Arc<ExecutionHost>, id: &str) -> bool {
 
 // ------------------------------------------------------------------ read / control
 
-async fn wait(op: &Arc<Op>, after: u64, limit: usize, wait_ms: u64) -> Value {
+async fn wait(op: &Arc<Op>, page: Page, wait_ms: u64) -> Value {
+    let after = page.after;
     let mut rx = op.version.subscribe();
     let until = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
     loop {
@@ -272,14 +279,14 @@ async fn wait(op: &Arc<Op>, after: u64, limit: usize, wait_ms: u64) -> Value {
             let s = op.lock();
             if s.event_seq > after || TERMINAL.contains(&s.status) {
                 drop(s);
-                let mut v = op.snapshot("wait", after, limit);
+                let mut v = op.snapshot("wait", page);
                 v["timedOut"] = json!(false);
                 v["waitMs"] = json!(wait_ms);
                 return v;
             }
         }
         if tokio::time::timeout_at(until, rx.changed()).await.is_err() {
-            let mut v = op.snapshot("wait", after, limit);
+            let mut v = op.snapshot("wait", page);
             v["timedOut"] = json!(true);
             v["waitMs"] = json!(wait_ms);
             return v;
@@ -369,7 +376,7 @@ fn decide(op: &Op, a: &Value) -> Result<(), CommandError> {
     Ok(())
 }
 
-async fn cancel(op: &Arc<Op>, after: u64, limit: usize) -> Value {
+async fn cancel(op: &Arc<Op>, page: Page) -> Value {
     let live = op.update(|s| {
         if TERMINAL.contains(&s.status) {
             return false;
@@ -391,7 +398,7 @@ async fn cancel(op: &Arc<Op>, after: u64, limit: usize) -> Value {
             }
         }
     }
-    op.snapshot("cancel", after, limit)
+    op.snapshot("cancel", page)
 }
 
 async fn result(host: &Arc<ExecutionHost>, op: &Arc<Op>) -> Result<Value, CommandError> {
@@ -555,6 +562,10 @@ async fn restore(host: &Arc<ExecutionHost>, id: &str) -> Result<Value, CommandEr
     Ok(json!({
         "ok": true, "command": "script", "operationId": id, "status": status, "pauseReason": null, "pendingQuestion": null,
         "error": error, "hash": r.start["hash"], "resultRef": result_ref, "eventSequence": 0, "events": [],
+        "eventsHasMore": false,
+        // The execution ledger lived in the runtime that ran the operation; the
+        // durable records remain readable through `evidence export`.
+        "history": {"items": [], "lastSequence": 0, "hasMore": false, "gap": true},
         "restored": true, "resumable": r.refusal.is_none(), "resumeMode": if checkpoint_policy { "checkpoint" } else { "none" },
         "resumeRefusal": r.refusal.as_ref().map(|e| json!({"code": e.code, "message": e.message, "details": e.details})),
         "ambiguous": r.refusal.as_ref().is_some_and(|e| e.code == "ambiguous"),
@@ -660,7 +671,7 @@ async fn resume_restored(host: &Arc<ExecutionHost>, id: &str, a: &Value, caller_
     state.resume_state = resume_state;
     let op = launch(host, id.to_string(), frozen, None, Duration::from_millis(remaining), started_ms, state)?;
     op.update(|s| s.emit("resumed", json!({"restored": true, "checkpoint": checkpoint, "actionSequence": boundary_seq})));
-    let mut v = op.snapshot("resume", 0, 100);
+    let mut v = op.snapshot("resume", Page::FIRST);
     v["resumedFrom"] = json!(bid);
     Ok(v)
 }
@@ -888,7 +899,11 @@ async fn handle_frame(host: &Arc<ExecutionHost>, op: &Arc<Op>, writer: &Writer, 
                     });
                     json!({"persisted": true, "evidenceId": r.evidence_id, "revision": revision})
                 }
-                Err(e) => json!({"persisted": false, "error": e.code, "message": e.message}),
+                Err(e) => {
+                    // The script is told, and so is every reader of its status.
+                    op.update(|s| s.emit("checkpoint_failed", json!({"name": name, "revision": revision, "error": e.code, "message": e.message})));
+                    json!({"persisted": false, "error": e.code, "message": e.message})
+                }
             };
             let control = op.lock().control();
             writer.send(json!({"type": "checkpoint-receipt", "id": id, "value": value, "control": control})).await;
@@ -975,7 +990,7 @@ fn assertion_verdict(s: &mut State, op_id: &str, a: &Value) -> Value {
             Some(e) => {
                 let call_id = e["callId"].as_str().unwrap_or_default();
                 let issued = s.issued.get(call_id);
-                let covers = |r: &str| e["command"].as_str() == Some(r) || e["coverage"]["scope"].as_str() == Some(r);
+                let covers = |r: &str| e["command"].as_str() == Some(r) || e["coverage"]["scope"].as_str() == Some(r) || e["capture"]["stream"].as_str() == Some(r);
                 if e["issuer"] != json!("aab-host") || e["operationId"].as_str() != Some(op_id) {
                     ("inconclusive", Some("evidence_foreign"))
                 } else {
@@ -987,7 +1002,13 @@ fn assertion_verdict(s: &mut State, op_id: &str, a: &Value) -> Value {
                         Some(_) if s.ambiguous => ("inconclusive", Some("ambiguous_action")),
                         Some(_) if e["coverage"]["status"] != json!("complete") => ("inconclusive", Some("coverage_incomplete")),
                         Some(_) if !required.iter().all(|r| covers(r)) => ("inconclusive", Some("required_evidence_missing")),
-                        Some(_) => (if c { "passed" } else { "failed" }, None),
+                        Some(_) => match e.get("capture").filter(|c| c.is_object()) {
+                            Some(capture) => match capture_reason(s, capture) {
+                                Some(reason) => ("inconclusive", Some(reason)),
+                                None => (if c { "passed" } else { "failed" }, None),
+                            },
+                            None => (if c { "passed" } else { "failed" }, None),
+                        },
                     }
                 }
             }
@@ -998,7 +1019,59 @@ fn assertion_verdict(s: &mut State, op_id: &str, a: &Value) -> Value {
     v
 }
 
+/// Why evidence of a capture read cannot decide an assertion, if it cannot: the
+/// read must cover its whole window (no continuation page, nothing left), and its
+/// lower bound (`factCursor`) must be a watermark this operation was issued by an
+/// earlier read of the same stream and target, with complete coverage, before the
+/// latest action (a watermark taken after it moved past the action).
+fn capture_reason(s: &State, capture: &Value) -> Option<&'static str> {
+    if capture["continuation"] == json!(true) || capture["hasMore"] == json!(true) {
+        return Some("capture_window_incomplete");
+    }
+    let Some(lower) = capture["factCursor"].as_str() else { return Some("capture_watermark_missing") };
+    let Some(w) = s.watermarks.get(lower) else { return Some("capture_watermark_not_issued") };
+    if w.stream != capture["stream"] || w.target != capture["target"] {
+        return Some("capture_watermark_foreign");
+    }
+    if w.coverage != json!("complete") {
+        return Some("capture_watermark_incomplete");
+    }
+    if w.window >= s.window {
+        return Some("capture_watermark_not_pre_action");
+    }
+    None
+}
+
 // ------------------------------------------------------------------ ctx.call
+
+/// The coverage a call's evidence claims: the result's own `coverage` when it
+/// reports one (capture reads, history views), else the complete call result.
+fn result_coverage(value: &Value) -> Value {
+    match value.get("coverage") {
+        Some(c) if c["status"].is_string() => {
+            let mut out = Map::new();
+            for k in ["status", "scope", "gap", "committed", "reasons"] {
+                if let Some(v) = c.get(k) {
+                    out.insert(k.into(), v.clone());
+                }
+            }
+            Value::Object(out)
+        }
+        _ => json!({"status": "complete", "scope": "call-result"}),
+    }
+}
+
+/// The capture facts of a result that carries a watermark (`watermarkCursor`):
+/// stream, target, window bounds and paging, as the evidence's `capture` object.
+fn capture_facts(value: &Value, args: &Map<String, Value>) -> Option<Value> {
+    let token = value.get("watermarkCursor").filter(|v| v.is_string())?;
+    Some(json!({
+        "stream": value.get("stream"), "target": value.get("target"), "view": value.get("view"),
+        "watermarkCursor": token, "factCursor": value.get("factCursor"), "throughWatermark": value.get("throughWatermark"),
+        "hasMore": value.get("hasMore"), "nextCursor": value.get("nextCursor"),
+        "continuation": args.contains_key("cursor"),
+    }))
+}
 
 /// Whether a Script may call `command` with these permissions.
 pub(super) fn authorize(host: &Arc<ExecutionHost>, permissions: &[String], command: &str) -> Result<(), CommandError> {
@@ -1101,6 +1174,7 @@ async fn ctx_call(host: &Arc<ExecutionHost>, op: &Arc<Op>, command: &str, args: 
     let mutation = crate::pipeline::is_mutation(validated, &Value::Object(args.clone()));
     let mut action_id: Option<String> = None;
     let mut action_seq = 0u64;
+    let mut evidence_refs: Vec<Value> = Vec::new();
     if mutation {
         if op.spec.target.is_null() {
             return rejection(command, &call_id, op, &CommandError::new("invalid_target", "a mutation needs script.target (the dispatch marker names it)"));
@@ -1114,12 +1188,15 @@ async fn ctx_call(host: &Arc<ExecutionHost>, op: &Arc<Op>, command: &str, args: 
         args.entry("requestId").or_insert_with(|| json!(aid));
         let spec_hash = canonical_sha256(&json!({"command": command, "args": Value::Object(args.clone())}));
         let marker = json!({"actionId": aid, "actionSequence": seq, "target": op.spec.target, "actionSpecHash": spec_hash, "planStepId": aid, "state": "prepared", "revision": revision, "command": command});
-        if let Err(e) = persist(host, &op.id, "dispatch-marker", marker).await {
-            op.update(|s| {
-                s.inflight_mutations -= 1;
-                s.ambiguous = true;
-            });
-            return rejection(command, &call_id, op, &CommandError::new("dispatch_marker_not_persisted", e.message));
+        match persist(host, &op.id, "dispatch-marker", marker).await {
+            Ok(r) => evidence_refs.push(json!(r.evidence_id)),
+            Err(e) => {
+                op.update(|s| {
+                    s.inflight_mutations -= 1;
+                    s.ambiguous = true;
+                });
+                return rejection(command, &call_id, op, &CommandError::new("dispatch_marker_not_persisted", e.message));
+            }
         }
         action_id = Some(aid);
     }
@@ -1155,8 +1232,9 @@ async fn ctx_call(host: &Arc<ExecutionHost>, op: &Arc<Op>, command: &str, args: 
             "target": op.spec.target, "hostActionId": host_action, "revision": revision, "command": command,
         });
         let persisted = persist(host, &op.id, "action-receipt", receipt).await;
-        if let Err(e) = &persisted {
-            receipt_error = Some(CommandError::ambiguous("action_receipt_not_persisted", e.message.clone()));
+        match &persisted {
+            Ok(r) => evidence_refs.push(json!(r.evidence_id)),
+            Err(e) => receipt_error = Some(CommandError::ambiguous("action_receipt_not_persisted", e.message.clone())),
         }
         let unresolved = ambiguous || persisted.is_err();
         op.update(|s| {
@@ -1179,19 +1257,44 @@ async fn ctx_call(host: &Arc<ExecutionHost>, op: &Arc<Op>, command: &str, args: 
     // Built and registered under one lock: the window in the object is the window the
     // host checks against (a concurrent mutation cannot slip between them).
     let evidence = ok.then(|| {
+        let coverage = result_coverage(&value);
+        let capture = capture_facts(&value, &args);
         op.update(|s| {
-            let e = json!({
+            let mut e = json!({
                 "issuer": "aab-host", "operationId": op.id, "callId": call_id, "actionId": host_action, "command": command,
                 "window": s.window, "resultSha256": canonical_sha256(&value), "committedAtMs": completed_ms,
-                "coverage": {"status": "complete", "scope": "call-result"},
+                "coverage": coverage,
             });
+            if let Some(c) = capture {
+                if let Some(token) = c["watermarkCursor"].as_str() {
+                    // Taken while a mutation was in flight, it may postdate that action:
+                    // it counts as of the window after it (never as pre-action for it).
+                    let window = s.window + u64::from(s.inflight_mutations);
+                    let w = Watermark { window, coverage: e["coverage"]["status"].clone(), stream: c["stream"].clone(), target: c["target"].clone() };
+                    s.issue_watermark(token, w);
+                }
+                e["capture"] = c;
+            }
             s.issue(&call_id, canonical_sha256(&e));
             e
         })
     });
+    let duration_ms = started.elapsed().as_millis() as u64;
+    // The ledger records every call: what ran, its action, evidence and timings.
+    let ledger = json!({
+        "callId": call_id, "command": command, "mutation": mutation, "actionId": action_id.clone().or(host_action.clone()),
+        "dispatched": error.as_ref().map(|e| json!(e.dispatched)).unwrap_or(json!(dispatched)),
+        "evidenceRefs": evidence_refs, "timings": {"startedAtMs": started_ms, "completedAtMs": completed_ms, "durationMs": duration_ms},
+        "coverage": evidence.as_ref().map(|e| e["coverage"]["status"].clone()),
+    });
     op.update(|s| match &error {
-        None => s.emit("call_completed", json!({"callId": call_id, "command": command})),
-        Some(e) => s.emit("call_failed", json!({"callId": call_id, "command": command, "error": e.code, "ambiguous": e.ambiguous})),
+        None => s.emit("call_completed", ledger),
+        Some(e) => {
+            let mut fields = ledger;
+            fields["error"] = json!(e.code);
+            fields["ambiguous"] = json!(e.ambiguous);
+            s.emit("call_failed", fields)
+        }
     });
     let envelope = json!({
         "ok": ok, "command": command, "kind": kind, "result": value,
@@ -1200,7 +1303,7 @@ async fn ctx_call(host: &Arc<ExecutionHost>, op: &Arc<Op>, command: &str, args: 
         "ambiguous": error.as_ref().map(|e| e.ambiguous).unwrap_or(false),
         "execution": {"executionId": op.id, "callId": call_id, "actionId": action_id.clone().or(host_action), "target": op.spec.target},
         "evidence": evidence, "history": history,
-        "timings": {"startedAtMs": started_ms, "durationMs": started.elapsed().as_millis() as u64},
+        "timings": {"startedAtMs": started_ms, "durationMs": duration_ms},
     });
     let mut envelope = envelope;
     let failed = {

@@ -48,6 +48,25 @@ input.on('line', (line) => {
 // The host is gone (stopped or killed): nothing can answer any more.
 input.on('close', () => process.exit(0));
 
+// The host may die while the program never yields (a synchronous loop keeps the
+// stdin handler above from running): a watchdog thread with its own event loop
+// kills this process group once we are reparented. (On Linux the host also sets
+// PR_SET_PDEATHSIG.)
+try {
+  const { Worker } = require('worker_threads');
+  const watchdog = new Worker(`
+    const { workerData } = require('worker_threads');
+    setInterval(() => {
+      if (process.ppid !== workerData.parent) {
+        try { process.kill(-workerData.group, 'SIGKILL'); } catch (_) {}
+        try { process.kill(workerData.self, 'SIGKILL'); } catch (_) {}
+      }
+    }, 250);
+  `, { eval: true, workerData: { parent: process.ppid, group: process.pid, self: process.pid } });
+  watchdog.on('error', () => {});
+  watchdog.unref();
+} catch (_) { /* no worker_threads: stdin EOF and PDEATHSIG remain */ }
+
 const ctx = {
   inputs: {},
   call(command, args = {}, options = {}) { return request('call', 'c', { command, args, options }); },

@@ -79,10 +79,15 @@ class Context:
 def _watch_parent():
     # The host may die without closing our stdin in time (kill -9 while user code runs
     # and never reads): exit once we are reparented.
+    # Its own process group goes too (the host leads the child into a new group).
     parent = os.getppid()
     while True:
         threading.Event().wait(0.25)
         if os.getppid() != parent:
+            try:
+                os.killpg(os.getpgid(0), 9)
+            except OSError:
+                pass
             os._exit(0)
 
 

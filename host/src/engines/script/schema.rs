@@ -1,0 +1,193 @@
+//! The `script` command spec: one object schema whose `oneOf` is tagged on
+//! `operation`; every branch forbids the other operations' fields, so each
+//! operation accepts only its own (`unsupported_argument`, before any access).
+//! `script.target` is the contract's execution target (seed `execution-target.js`):
+//! per platform its identity and connection fields and nothing else, so an
+//! unsupported target field is rejected instead of silently dropped.
+
+use aab_plugin_api::CommandSpec;
+use aab_plugin_api::protocol::Mutation;
+use serde_json::{Map, Value, json};
+
+use super::{MIB, PERMISSIONS, SPEC_SCHEMA};
+
+/// The contract's execution targets as data: (platform, identity fields, connection
+/// fields). The engine never branches on these names; they only build the schema.
+const TARGETS: &[(&str, &[&str], &[&str])] = &[
+    ("android", &["serial", "packageName"], &["adb", "port"]),
+    ("ios", &["deviceId", "bundleId"], &["runtimeUrl", "iosHost", "iosPort", "wdaUrl", "wdaRunnerBundleId", "wdaSessionId", "webViewId", "devicectl", "xcodebuild"]),
+    ("web", &["sessionId", "runtimeEpoch"], &["targetId"]),
+];
+
+/// Fields whose value is a port number rather than text.
+const PORT_FIELDS: &[&str] = &["port", "iosPort"];
+
+fn text(max: u64, what: &str) -> Value {
+    json!({"type": "string", "minLength": 1, "maxLength": max, "description": what})
+}
+
+/// `script.target`: one strict object per platform, or null.
+pub fn target_schema() -> Value {
+    let mut branches: Vec<Value> = TARGETS
+        .iter()
+        .map(|(platform, identity, connection)| {
+            let mut properties = Map::new();
+            properties.insert("platform".into(), json!({"const": platform}));
+            for k in identity.iter() {
+                properties.insert((*k).into(), json!({"type": "string", "minLength": 1, "maxLength": 1024, "pattern": "^\\S+$", "description": "target identity (no whitespace)"}));
+            }
+            for k in connection.iter() {
+                let schema = if PORT_FIELDS.contains(k) { json!({"type": "integer", "minimum": 1, "maximum": 65535}) } else { text(4096, "connection option of this platform") };
+                properties.insert((*k).into(), schema);
+            }
+            let mut required = vec!["platform"];
+            required.extend(identity.iter());
+            json!({"type": "object", "additionalProperties": false, "properties": properties, "required": required})
+        })
+        .collect();
+    branches.push(json!({"type": "null"}));
+    json!({
+        "anyOf": branches,
+        "description": "execution target or null: {platform:\"web\", sessionId, runtimeEpoch, targetId?}, {platform:\"android\", serial, packageName, adb?, port?} or {platform:\"ios\", deviceId, bundleId, ...connection options}; its identity fields are default arguments of ctx.call. Other fields are rejected."
+    })
+}
+
+fn script_object() -> Value {
+    let size = json!({"type": "integer", "minimum": 1, "maximum": 64 * MIB});
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "description": "aab.code-script/v1 spec",
+        "properties": {
+            "schemaVersion": {"const": SPEC_SCHEMA},
+            "language": {"type": "string", "enum": ["javascript", "python"]},
+            "source": {"type": "string", "minLength": 1, "maxLength": 4 * MIB, "description": "program text (exclusive with sourcePath)"},
+            "sourcePath": text(4096, "program file, read once at start; relative to the caller's cwd"),
+            "name": {"type": "string", "minLength": 1, "maxLength": 256},
+            "cwd": text(4096, "working directory of the program (default the caller's cwd)"),
+            "entrypoint": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]{0,127}$", "description": "function called with ctx (default main)"},
+            "target": target_schema(),
+            "inputs": {"type": "object", "description": "ctx.inputs"},
+            "permissions": {"type": "array", "uniqueItems": true, "items": {"type": "string", "enum": PERMISSIONS}, "description": "default app.read, app.interact, capture.read"},
+            "policy": {
+                "type": "object",
+                "additionalProperties": false,
+                "properties": {
+                    "timeoutMs": {"type": "integer", "minimum": 1, "maximum": 86_400_000, "description": "whole-script deadline (default 600000)"},
+                    "restartPolicy": {"type": "string", "enum": ["none", "checkpoint"]},
+                    "maxOutputBytes": size,
+                    "maxProgressBytes": size
+                }
+            }
+        },
+        "required": ["schemaVersion", "language"],
+        "oneOf": [{"required": ["source"]}, {"required": ["sourcePath"]}]
+    })
+}
+
+/// (operation, description, own properties, required)
+fn operations() -> Vec<(&'static str, &'static str, Value, Vec<&'static str>)> {
+    let id = json!({"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", "description": "The operation id (start: optional, default script-<ms>-<n>)"});
+    let read = json!({
+        "operationId": id,
+        "afterSequence": {"type": "integer", "minimum": 0, "maximum": 9007199254740991u64, "description": "Continuation cursor: the previous status/wait response's eventSequence; events and history after it are returned. Not history.lastSequence (that one pages history alone)."},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "history (execution ledger) items per response (default 20)"},
+        "eventLimit": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "events per response (default 100)"},
+        "includeCatalog": {"type": "boolean", "description": "add the commands this script may call"}
+    });
+    let with = |extra: Value| {
+        let mut props = read.clone();
+        if let (Value::Object(p), Value::Object(e)) = (&mut props, extra) {
+            p.extend(e);
+        }
+        props
+    };
+    let python_path = text(4096, "Python executable (python scripts only)");
+    vec![
+        ("start", "Start a script (returns at once with its first status)", json!({
+            "script": script_object(),
+            "operationId": id,
+            "recordingDir": text(4096, "new directory for recorded call payloads (parent must exist)"),
+            "pythonPath": python_path.clone()
+        }), vec!["script"]),
+        ("status", "State, one page of events and one page of the execution ledger (history)", read.clone(), vec!["operationId"]),
+        ("wait", "Like status, but returns once an event newer than afterSequence exists or the script ended (or waitMs passed)", with(json!({
+            "waitMs": {"type": "integer", "minimum": 0, "maximum": 60000, "description": "Upper bound of one wait call in milliseconds (default 30000). To keep waiting, call wait again with afterSequence = the last eventSequence."}
+        })), vec!["operationId"]),
+        ("result", "The persisted return value of a completed script", json!({"operationId": id}), vec!["operationId"]),
+        ("pause", "Pause at the next call or control point (after an in-flight mutation)", read.clone(), vec!["operationId"]),
+        ("resume", "Resume a paused script, or re-run a lost checkpoint-policy script from its last checkpoint (optionally with the same script and pythonPath)", with(json!({
+            "script": script_object(),
+            "pythonPath": python_path
+        })), vec!["operationId"]),
+        ("decide", "Answer the pending ctx.askAgent question", with(json!({
+            "questionId": {"type": "string", "minLength": 1, "maxLength": 256, "description": "pendingQuestion.questionId to answer. `requestId` is also accepted, but it is the host's idempotency key too: a rejected decide then blocks that id for a different answer"},
+            "revision": {"type": "integer", "minimum": 0, "maximum": 9007199254740991u64, "description": "the pending question's revision"},
+            "decision": {"description": "JSON answer to the pending ctx.askAgent question; any JSON value including null and false"}
+        })), vec!["operationId", "revision", "decision"]),
+        ("cancel", "Cancel: stop the child, wait for pending calls, persist the terminal checkpoint", read, vec!["operationId"]),
+        ("runtime-status", "The JavaScript and Python runtimes and the operation registry", json!({}), vec![]),
+    ]
+}
+
+/// The `script` command spec.
+pub fn spec() -> CommandSpec {
+    let ops = operations();
+    let mut all = Map::new();
+    all.insert(
+        "operation".into(),
+        json!({"type": "string", "enum": ops.iter().map(|o| o.0).collect::<Vec<_>>(),
+               "description": "start a script; status/wait read its state, events and history; result reads the persisted return value; pause/resume/cancel control it; decide answers ctx.askAgent; runtime-status lists the script runtimes"}),
+    );
+    for (_, _, props, _) in &ops {
+        for (k, v) in props.as_object().expect("object") {
+            all.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+    let branches: Vec<Value> = ops
+        .iter()
+        .map(|(op, description, props, required)| {
+            let own = props.as_object().expect("object");
+            let mut properties = Map::new();
+            properties.insert("operation".into(), json!({"const": op}));
+            for k in all.keys() {
+                if !own.contains_key(k) && k != "operation" {
+                    properties.insert(k.clone(), Value::Bool(false));
+                }
+            }
+            let mut req = vec!["operation"];
+            req.extend(required.iter());
+            let mut branch = json!({"description": description, "properties": properties, "required": req});
+            if own.contains_key("pythonPath") {
+                // pythonPath belongs to python scripts only (contract: rejected at validation).
+                branch["if"] = json!({"required": ["script"], "properties": {"script": {"required": ["language"], "properties": {"language": {"const": "javascript"}}}}});
+                branch["then"] = json!({"properties": {"pythonPath": false}});
+            }
+            branch
+        })
+        .collect();
+    CommandSpec {
+        command: crate::builtins::SCRIPT.into(),
+        domain: "execution".into(),
+        summary: "Run a JavaScript or Python program against a target with ctx.call, assertions, progress, checkpoints and agent questions; status, wait, pause, resume, decide, cancel and read its persisted result".into(),
+        platform: "multi".into(),
+        role: "execution".into(),
+        target_kind: "platform-target".into(),
+        script_permission: None,
+        mutation: Mutation::Conditional,
+        mutating_operations: vec!["start".into(), "pause".into(), "resume".into(), "decide".into(), "cancel".into()],
+        execution_schemas: vec![],
+        target_key: vec![],
+        lane: None,
+        device_key: vec![],
+        default_timeout_ms: 90_000,
+        max_timeout_ms: 600_000,
+        input_schema: json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": Value::Object(all),
+            "required": ["operation"],
+            "oneOf": branches
+        }),
+    }
+}
