@@ -77,6 +77,44 @@ const EXECUTION_KEYS: &[&str] = &[
 ];
 const CONTROL_KEYS: &[&str] = &["cursor", "nextCursor", "factCursor", "hasMore", "truncated", "dropped", "gap", "updatedAtMs", "observedAtMs", "capturedAtMs"];
 
+/// Continuation facts of a long-running operation (Script, Intent and the managed
+/// Intents): picked when the result names its `operationId`. Null values are
+/// dropped. Chosen by what the result carries, never by platform or command name.
+const OPERATION_CONTROL_KEYS: &[&str] = &[
+    "operationId", "status", "pauseReason", "eventSequence", "resultRef", "persisted", "timedOut", "waitMs", "pendingQuestion", "revision", "lastDecisionId",
+    "eventGap", "droppedEvents", "evidenceId", "latestEvidenceIds", "terminalEvidenceId", "observationFailure", "provider", "observationTarget", "deadlineMs",
+    "pendingOperations", "lastAction",
+];
+
+/// Continuation facts of a capture read: picked when the result carries a capture
+/// window (`watermarkCursor`) or a `coverage` report.
+const CAPTURE_CONTROL_KEYS: &[&str] =
+    &["stream", "coverage", "window", "view", "runtimeEpoch", "targetKey", "storeGeneration", "watermarkCursor", "throughCursor", "throughWatermark", "barrier", "committed"];
+
+/// The continuation facts `control` keeps from an object result, whatever an
+/// extractor later makes of the value.
+fn continuation(result: &Map<String, Value>, control: &mut Map<String, Value>) {
+    for k in CONTROL_KEYS {
+        if let Some(x) = result.get(*k) {
+            control.insert((*k).into(), x.clone());
+        }
+    }
+    if result.get("operationId").is_some_and(Value::is_string) {
+        for k in OPERATION_CONTROL_KEYS {
+            if let Some(x) = result.get(*k).filter(|x| !x.is_null()) {
+                control.insert((*k).into(), x.clone());
+            }
+        }
+    }
+    if result.get("watermarkCursor").is_some() || result.get("coverage").is_some() {
+        for k in CAPTURE_CONTROL_KEYS {
+            if let Some(x) = result.get(*k).filter(|x| !x.is_null()) {
+                control.insert((*k).into(), x.clone());
+            }
+        }
+    }
+}
+
 fn base_source() -> Value {
     json!({"responseId": crate::ids::uuid_v4(), "capturedAtMs": crate::ids::now_ms(), "persisted": false, "reason": "not_requested"})
 }
@@ -141,11 +179,7 @@ pub fn assemble_with_sink(
                         execution.insert((*k).into(), x.clone());
                     }
                 }
-                for k in CONTROL_KEYS {
-                    if let Some(x) = m.get(*k) {
-                        control.insert((*k).into(), x.clone());
-                    }
-                }
+                continuation(m, &mut control);
             }
             // The provider call completed; an object without `ok` is a confirmed success.
             execution.entry("ok").or_insert(Value::Bool(true));

@@ -52,7 +52,12 @@ pub fn discovery_narrowing(providers: &[(String, IntentProvider)]) -> crate::reg
     let variants = providers
         .iter()
         .flat_map(|(_, p)| {
-            p.actions.iter().map(|a| crate::registry::NarrowingVariant { platform: p.platform.clone(), provider: p.provider.clone(), action: a.action.clone(), schema: a.schema.clone() })
+            p.actions.iter().map(|a| crate::registry::NarrowingVariant {
+                platform: p.platform.clone(),
+                provider: p.provider.clone(),
+                action: a.action.clone(),
+                schema: action_schema_with_provider(&a.schema, &p.provider),
+            })
         })
         .collect();
     crate::registry::FieldNarrowing {
@@ -62,6 +67,16 @@ pub fn discovery_narrowing(providers: &[(String, IntentProvider)]) -> crate::reg
         provider_pointer: Some("/properties/decision/properties/provider".into()),
         variants,
     }
+}
+
+/// A provider's declared action schema as the public `decision.action` sees it:
+/// seed 002 lets an action name its provider inside it (`{provider:"h5", action, ...}`).
+fn action_schema_with_provider(schema: &Value, provider: &str) -> Value {
+    let mut s = schema.clone();
+    if let Some(Value::Object(props)) = s.get_mut("properties") {
+        props.insert("provider".into(), json!({"const": provider, "description": "Optional: the provider of the committed observation"}));
+    }
+    s
 }
 
 /// Per-runtime engine state (operations and their tasks).
@@ -693,17 +708,40 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
         let ids: Vec<Value> = ["observation", "summary"].iter().filter_map(|k| st.latest.get(*k).cloned()).collect();
         (st.provider.clone(), st.observation.clone(), st.target.clone(), ids)
     };
-    if let Some(p) = text(&decision, "provider")
-        && p != provider.provider
+    // The provider may be named on the decision and/or inside the action (seed 002);
+    // both must agree with each other and with the committed observation.
+    let outer = text(&decision, "provider");
+    let inner = decision.get("action").and_then(|a| text(a, "provider"));
+    if let (Some(o), Some(i)) = (outer, inner)
+        && o != i
     {
         return Err(err_details(
-            CommandError::new("intent_provider_mismatch", format!("the committed observation is from provider `{}`, not `{p}`", provider.provider)).with_field("decision.provider"),
+            CommandError::invalid("decision.action.provider", format!("decision.provider `{o}` and decision.action.provider `{i}` name different providers"))
+                .with_details(json!({"decisionProvider": o, "actionProvider": i})),
             op,
         ));
     }
+    for (named, field) in [(outer, "decision.provider"), (inner, "decision.action.provider")] {
+        if let Some(p) = named
+            && p != provider.provider
+        {
+            return Err(err_details(
+                CommandError::new("intent_provider_mismatch", format!("the committed observation is from provider `{}`, not `{p}`", provider.provider)).with_field(field),
+                op,
+            ));
+        }
+    }
     let mut resolved: Option<(Value, &aab_plugin_api::protocol::IntentAction)> = None;
     let action = decision.get("action").cloned();
-    if let Some(action) = &action {
+    // What the provider's action schema and templates see: the action without the
+    // (already checked) provider name.
+    let action_only = action.clone().map(|mut a| {
+        if let Value::Object(m) = &mut a {
+            m.remove("provider");
+        }
+        a
+    });
+    if let Some(action) = &action_only {
         let name = text(action, "action").unwrap_or_default();
         let Some(decl) = provider.actions.iter().find(|a| a.action == name) else {
             let allowed: Vec<&str> = provider.actions.iter().map(|a| a.action.as_str()).collect();
@@ -784,7 +822,7 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
     let action_id = format!("{}:{decision_id}", op.id);
     let sources = provider::Sources {
         target: &target,
-        action: action.as_ref(),
+        action: action_only.as_ref(),
         element: (!element.is_null()).then_some(&element),
         observation: Some(&observation),
         require: None,

@@ -51,8 +51,8 @@ pub(super) fn decision() -> Value {
             "provider": {"type": "string", "enum": ["native", "uia", "flutter", "h5"], "description": "Optional: must equal the committed observation's provider"},
             "action": {
                 "type": "object", "required": ["action"],
-                "description": "Provider action, e.g. {action:\"tap\", selector:{elementId:\"e3\"}} (Web h5: tap, inputText, pressKey, scroll, scrollBy). The target element must be one of the committed observation.",
-                "properties": {"action": {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9]{0,63}$"}}
+                "description": "Provider action, e.g. {action:\"tap\", selector:{elementId:\"e3\"}} (Web h5: tap, inputText, pressKey, scroll, scrollBy). The target element must be one of the committed observation. `provider` may be named here (or on the decision); it must be the committed observation's provider.",
+                "properties": {"action": {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9]{0,63}$"}, "provider": {"type": "string", "enum": ["native", "uia", "flutter", "h5"]}}
             },
             "reason": text(4096, "Why (recorded with the decision)")
         },
