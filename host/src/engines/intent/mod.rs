@@ -142,6 +142,11 @@ struct St {
     capture: Value,
     paused_from: Option<String>,
     budget: Option<Budget>,
+    /// The current action (host action id, as providers see it) and the stream
+    /// watermarks from just before it: the lower bound of its capture window.
+    action_window: Option<(String, Map<String, Value>)>,
+    /// Intent action id (`<operationId>:<decisionId>`) → host action id.
+    host_actions: HashMap<String, String>,
     /// Agent turn generation: a reply is accepted only for the current turn.
     turn: u64,
 }
@@ -320,12 +325,18 @@ async fn start(host: &Arc<ExecutionHost>, args: &Value, cwd: &str) -> Result<Val
         return Err(CommandError::new("observation_target_unsupported", format!("provider `{}` takes no observationTarget", provider.provider)).with_field("observationTarget"));
     }
     let require = args.get("require").cloned().unwrap_or(Value::Null);
+    let mut watermarks = Map::new();
     for s in require.get("streams").and_then(Value::as_array).into_iter().flatten() {
         let name = s.as_str().unwrap_or_default();
         if !provider.streams.iter().any(|d| d.stream == name) {
             return Err(CommandError::new("intent_stream_unsupported", format!("provider `{}` offers no capture stream `{name}`", provider.provider)).with_field("require.streams"));
         }
+        // `factCursor`: the first window resumes from it.
+        if let Some(c) = require.get("factCursor") {
+            watermarks.insert(name.into(), c.clone());
+        }
     }
+    check_require(&require, &target)?;
     let (agent, budget) = if autonomous { prepare_agent(args, cwd, &provider).await.map(|(a, b)| (Some(a), Some(b)))? } else { (None, None) };
     let op_id = text(args, "operationId").map(str::to_string).unwrap_or_else(|| format!("intent-{}", crate::ids::uuid_v4()));
     let facts = host.facts.clone();
@@ -390,10 +401,12 @@ async fn start(host: &Arc<ExecutionHost>, args: &Value, cwd: &str) -> Result<Val
             terminal_evidence_id: None,
             pending: 0,
             require,
-            watermarks: Map::new(),
+            watermarks,
             capture: Value::Null,
             paused_from: None,
             budget,
+            action_window: None,
+            host_actions: HashMap::new(),
             turn: 0,
         }),
     });
@@ -440,6 +453,35 @@ async fn start(host: &Arc<ExecutionHost>, args: &Value, cwd: &str) -> Result<Val
     Ok(snap)
 }
 
+/// `require` rules the schema cannot express (docs/COMMAND_CONTRACT.md, Intent):
+/// history forbids window bounds; an action filter needs a lower watermark; a
+/// decision window reads the target's current runtime only.
+fn check_require(require: &Value, target: &Value) -> Result<(), CommandError> {
+    if require.is_null() {
+        return Ok(());
+    }
+    let history = require.get("view").and_then(Value::as_str) == Some("connected-history");
+    if history {
+        for f in ["factCursor", "afterActionId"] {
+            if require.get(f).is_some_and(|v| !v.is_null()) {
+                return Err(CommandError::invalid(format!("require.{f}"), format!("`require.{f}` bounds a decision window; view connected-history reads retained records and forbids it")));
+            }
+        }
+    }
+    if require.get("afterActionId").is_some_and(Value::is_string) && require.get("factCursor").is_none() {
+        return Err(CommandError::new("missing_argument", "an explicit `require.afterActionId` needs the lower watermark `require.factCursor`").with_field("require.factCursor"));
+    }
+    if !history
+        && let (Some(wanted), Some(current)) = (text(require, "runtimeEpoch"), text(target, "runtimeEpoch"))
+        && wanted != current
+    {
+        return Err(CommandError::new("runtime_epoch_stale", format!("require.runtimeEpoch `{wanted}` is not the target's current runtime `{current}`; a decision window reads the current runtime only"))
+            .with_field("require.runtimeEpoch")
+            .with_details(json!({"requested": wanted, "current": current})));
+    }
+    Ok(())
+}
+
 async fn expire(op: &Arc<Op>) {
     {
         let mut st = op.st.lock().expect("intent state");
@@ -461,14 +503,14 @@ async fn expire(op: &Arc<Op>) {
 /// `waiting_for_observation`.
 async fn observe(host: &Arc<ExecutionHost>, op: &Arc<Op>) -> Result<(), CommandError> {
     let t0 = Instant::now();
-    let (provider, target, require, watermarks, next_revision) = {
+    let (provider, target, require, watermarks, action_window, host_actions, next_revision) = {
         let mut st = op.st.lock().expect("intent state");
         st.status = "observing".into();
         st.event("observing", json!({}));
         st.pending += 1;
-        (st.provider.clone(), st.target.clone(), st.require.clone(), st.watermarks.clone(), st.revision + 1)
+        (st.provider.clone(), st.target.clone(), st.require.clone(), st.watermarks.clone(), st.action_window.clone(), st.host_actions.clone(), st.revision + 1)
     };
-    let sources = provider::Sources { target: &target, action: None, element: None, observation: None, require: None, watermark: None };
+    let sources = provider::Sources::new(&target);
     let arguments = provider::render(&provider.observe.arguments, &sources);
     let call = InternalCall { command: &provider.observe.command, arguments, cwd: op.cwd.clone(), deadline_cap: Some(op.deadline), cancel: Some(op.cancel.clone()), control: None };
     let result = host.call(call).await;
@@ -504,38 +546,64 @@ async fn observe(host: &Arc<ExecutionHost>, op: &Arc<Op>) -> Result<(), CommandE
             return Err(e);
         }
     };
-    // Capture streams (`require.streams`), each read once per observation.
+    // Capture streams (`require.streams`), each read per observation through its
+    // window (`require` semantics: docs/COMMAND_CONTRACT.md, Intent).
     let mut captures = Map::new();
     let mut capture_refs = Vec::new();
     let mut coverages = Vec::new();
     let mut new_watermarks = watermarks.clone();
     let ts = Instant::now();
+    let history_view = require.get("view").and_then(Value::as_str) == Some("connected-history");
+    let limit = require.get("limit").and_then(Value::as_u64).unwrap_or(schema::DEFAULT_REQUIRE_LIMIT) as usize;
     for s in require.get("streams").and_then(Value::as_array).into_iter().flatten() {
         let name = s.as_str().unwrap_or_default();
         let Some(decl) = provider.streams.iter().find(|d| d.stream == name) else { continue };
-        let history_view = require.get("view").and_then(Value::as_str) == Some("connected-history");
-        let wm = if history_view { None } else { watermarks.get(name) };
-        let sources = provider::Sources { target: &target, action: None, element: None, observation: Some(&observation), require: Some(&require), watermark: wm };
-        let arguments = provider::render(&decl.arguments, &sources);
-        let call = InternalCall { command: &decl.command, arguments, cwd: op.cwd.clone(), deadline_cap: Some(op.deadline), cancel: Some(op.cancel.clone()), control: None };
-        match host.call(call).await.map(|r| r.outcome) {
-            Ok(ExecOutcome::Json(v)) => {
-                let watermark = decl.watermark.as_deref().and_then(|p| v.pointer(p)).cloned().unwrap_or(Value::Null);
-                let coverage = decl.coverage.as_deref().and_then(|p| v.pointer(p)).and_then(Value::as_str).unwrap_or("unavailable").to_string();
+        // Lower bound: after an action, the watermark from before it (kept for every
+        // re-observation of that action, so a delayed record stays visible);
+        // otherwise the previous observation's (the first: `require.factCursor`).
+        let lower = if history_view {
+            None
+        } else {
+            match &action_window {
+                Some((_, at)) => at.get(name).filter(|v| !v.is_null()).cloned(),
+                None => watermarks.get(name).filter(|v| !v.is_null()).cloned(),
+            }
+        };
+        // `afterActionId`: omitted = the current action, null = every record of the
+        // window, a string = that action. An action filter needs the lower bound.
+        let after_action = match (history_view, &lower, require.get("afterActionId")) {
+            (true, _, _) | (_, None, _) | (_, _, Some(Value::Null)) => None,
+            (_, _, Some(Value::String(a))) => Some(host_actions.get(a).cloned().unwrap_or_else(|| a.clone())),
+            (_, _, _) => action_window.as_ref().map(|(id, _)| id.clone()),
+        };
+        let window = json!({"factCursor": lower, "afterActionId": after_action});
+        let sources = provider::Sources { observation: Some(&observation), require: Some(&require), watermark: lower.as_ref(), window: Some(&window), ..provider::Sources::new(&target) };
+        let base = provider::render(&decl.arguments, &sources);
+        // `require.timeoutMs` bounds the reads of one stream (never past the lifetime).
+        let deadline = match require.get("timeoutMs").and_then(Value::as_u64) {
+            Some(t) => op.deadline.min(Instant::now() + Duration::from_millis(t)),
+            None => op.deadline,
+        };
+        let read = read_stream(host, op, decl, &base, deadline, limit).await;
+        match read {
+            Ok(r) => {
+                let watermark = decl.watermark.as_deref().and_then(|p| r.value.pointer(p)).cloned().unwrap_or(Value::Null);
+                let mut coverage = decl.coverage.as_deref().and_then(|p| r.value.pointer(p)).and_then(Value::as_str).unwrap_or("unavailable").to_string();
+                if r.error.is_some() && coverage == "complete" {
+                    coverage = "partial".into();
+                }
                 if !watermark.is_null() {
                     new_watermarks.insert(name.into(), watermark.clone());
                 }
-                capture_refs.push(json!({"stream": name, "command": decl.command, "watermark": watermark, "previousWatermark": wm, "coverage": coverage}));
+                capture_refs.push(json!({"stream": name, "command": decl.command, "watermark": watermark, "previousWatermark": lower, "factCursor": lower,
+                                         "afterActionId": after_action, "coverage": coverage, "records": r.records, "pages": r.pages, "limit": limit,
+                                         "truncated": r.truncated, "error": r.error}));
                 coverages.push(coverage);
-                captures.insert(name.into(), v);
+                captures.insert(name.into(), r.value);
             }
-            Ok(ExecOutcome::Failed(e)) | Err(e) => {
+            Err(e) => {
                 coverages.push("unavailable".into());
-                capture_refs.push(json!({"stream": name, "coverage": "unavailable", "error": e.code, "field": e.field, "message": e.message}));
-            }
-            Ok(_) => {
-                coverages.push("unavailable".into());
-                capture_refs.push(json!({"stream": name, "coverage": "unavailable", "error": "capture_not_json"}));
+                capture_refs.push(json!({"stream": name, "coverage": "unavailable", "factCursor": lower, "afterActionId": after_action, "error": e.code, "field": e.field, "message": e.message}));
             }
         }
     }
@@ -602,6 +670,93 @@ async fn observe(host: &Arc<ExecutionHost>, op: &Arc<Op>) -> Result<(), CommandE
             Err(e)
         }
     }
+}
+
+/// One stream's read: its pages up to `limit` records.
+struct StreamRead {
+    /// The first page (its window and watermark), with every kept record.
+    value: Value,
+    records: usize,
+    pages: usize,
+    truncated: bool,
+    /// A later page that failed (the first page's failure is the `Err`).
+    error: Option<Value>,
+}
+
+/// Read one capture stream: the first page with `base`, then continuation pages
+/// (the stream's `next` template over the previous page) until `limit` records are
+/// kept, the window is exhausted, or the deadline passes. Records come from the
+/// declared `records` pointer; a stream that declares none is one page.
+async fn read_stream(host: &Arc<ExecutionHost>, op: &Arc<Op>, decl: &aab_plugin_api::protocol::IntentStream, base: &Map<String, Value>, deadline: Instant, limit: usize) -> Result<StreamRead, CommandError> {
+    const MAX_PAGES: usize = 256;
+    let mut args = base.clone();
+    let mut first: Option<Value> = None;
+    let mut kept: Vec<Value> = Vec::new();
+    let mut pages = 0;
+    let mut truncated = false;
+    let mut error = None;
+    loop {
+        let call = InternalCall { command: &decl.command, arguments: args.clone(), cwd: op.cwd.clone(), deadline_cap: Some(deadline), cancel: Some(op.cancel.clone()), control: None };
+        let page = match host.call(call).await.map(|r| r.outcome) {
+            Ok(ExecOutcome::Json(v)) => v,
+            Ok(ExecOutcome::Failed(e)) | Err(e) => {
+                if first.is_none() {
+                    return Err(e);
+                }
+                error = Some(json!({"error": e.code, "message": e.message, "page": pages + 1}));
+                truncated = true;
+                break;
+            }
+            Ok(_) => {
+                let e = CommandError::new("capture_not_json", format!("`{}` returned no JSON", decl.command));
+                if first.is_none() {
+                    return Err(e);
+                }
+                error = Some(json!({"error": e.code, "page": pages + 1}));
+                truncated = true;
+                break;
+            }
+        };
+        pages += 1;
+        let Some(ptr) = decl.records.as_deref() else {
+            first = Some(page);
+            break;
+        };
+        kept.extend(page.pointer(ptr).and_then(Value::as_array).cloned().unwrap_or_default());
+        let next = decl.next.as_ref().and_then(|t| provider::render_complete(t, &provider::Sources { page: Some(&page), ..provider::Sources::new(&Value::Null) }));
+        if first.is_none() {
+            first = Some(page);
+        }
+        if kept.len() >= limit {
+            truncated = kept.len() > limit || next.is_some();
+            kept.truncate(limit);
+            break;
+        }
+        match next {
+            Some(extra) if pages < MAX_PAGES => {
+                args = base.clone();
+                args.extend(extra);
+            }
+            Some(_) => {
+                truncated = true;
+                break;
+            }
+            None => break,
+        }
+    }
+    let mut value = first.unwrap_or(Value::Null);
+    let records = kept.len();
+    if let Some(ptr) = decl.records.as_deref() {
+        if let Some(slot) = value.pointer_mut(ptr) {
+            *slot = Value::Array(kept);
+        }
+        if let Value::Object(m) = &mut value {
+            m.insert("count".into(), json!(records));
+            m.insert("pages".into(), json!(pages));
+            m.insert("truncated".into(), json!(truncated));
+        }
+    }
+    Ok(StreamRead { value, records, pages, truncated, error })
 }
 
 async fn observe_op(host: &Arc<ExecutionHost>, args: &Value) -> Result<Value, CommandError> {
@@ -825,8 +980,7 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
         action: action_only.as_ref(),
         element: (!element.is_null()).then_some(&element),
         observation: Some(&observation),
-        require: None,
-        watermark: None,
+        ..provider::Sources::new(&target)
     };
     let arguments = provider::render(&decl.arguments_template, &sources);
     let raw_tree_id = format!("{}:{based_on}", op.id);
@@ -880,6 +1034,15 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
         "rawTreeId": raw_tree_id, "basedOnEvidenceIds": [decision_eid], "parentFactId": marker_eid, "target": target,
         "revision": based_on, "command": decl.command, "hostActionId": host_action_id,
     });
+    if let Some(h) = &host_action_id
+        && dispatched != json!(false)
+    {
+        // This action's capture window starts at the watermarks observed before it.
+        let mut st = op.st.lock().expect("intent state");
+        let before = st.watermarks.clone();
+        st.action_window = Some((h.clone(), before));
+        st.host_actions.insert(action_id.clone(), h.clone());
+    }
     let tr = Instant::now();
     let receipt_saved = persist(&op.facts, &op.id, "action-receipt", receipt).await;
     let receipt_ms = ms(tr.elapsed());
@@ -892,7 +1055,7 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
         st.last_action = json!({
             "actionId": action_id, "receiptId": receipt_eid, "error": error.as_ref().map(|e| e.code.clone()), "ambiguous": ambiguous,
             "warnings": [], "foregroundObservations": [], "dispatched": dispatched, "mechanicalStatus": mechanical,
-            "command": decl.command, "action": decl.action,
+            "command": decl.command, "action": decl.action, "hostActionId": host_action_id,
         });
         st.timing("actionMs", action_ms);
         st.timing("receiptCommitMs", receipt_ms);

@@ -12,6 +12,7 @@ pub const DEFAULT_MAX_ACTIONS: u64 = 30;
 pub const DEFAULT_MAX_AGENT_CALLS: u64 = 30;
 pub const DEFAULT_MAX_DURATION_MS: u64 = 120_000;
 pub const DEFAULT_AGENT_TURN_MS: u64 = 5000;
+pub const DEFAULT_REQUIRE_LIMIT: u64 = 200;
 
 fn agent_module() -> Value {
     json!({
@@ -69,7 +70,13 @@ fn require() -> Value {
         "properties": {
             "streams": {"type": "array", "minItems": 1, "uniqueItems": true, "items": {"type": "string", "enum": ["logs", "network", "state", "events"]}},
             "view": {"type": "string", "enum": ["decision-window", "connected-history"], "default": "decision-window"},
-            "sinceMs": {"type": "integer", "minimum": 0, "maximum": 9007199254740991u64}
+            "sinceMs": {"type": "integer", "minimum": 0, "maximum": 9007199254740991u64, "description": "Only records captured at or after this Unix time (ms)"},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": DEFAULT_REQUIRE_LIMIT, "description": "Records kept per stream per observation (pages are read until it is reached)"},
+            "timeoutMs": {"type": "integer", "minimum": 1, "maximum": MAX_LIFETIME_MS, "description": "Bound on each stream's reads per observation (never past the Intent lifetime); a stream not read in time has coverage unavailable"},
+            "runtimeEpoch": {"type": "string", "minLength": 1, "maxLength": 256, "description": "The app runtime the decision window reads; one that is not the target's current runtime is rejected (runtime_epoch_stale)"},
+            "afterActionId": {"anyOf": [{"type": "string", "minLength": 1, "maxLength": 1024}, {"type": "null"}],
+                              "description": "Omitted selects the current action; explicit null retains all records in the observed window without claiming causal attribution; a string selects that action (an Intent actionId or a host action id; needs factCursor)"},
+            "factCursor": {"type": "string", "minLength": 1, "maxLength": 1024, "description": "Lower watermark of the first window (a watermarkCursor returned earlier); later windows continue from the committed watermarks"}
         }
     })
 }
