@@ -12,6 +12,7 @@
 //! through `finishing` / `cancelling` and a durable `intent-terminal` checkpoint
 //! before they are exposed (`blocked_evidence_store` when that commit fails).
 
+mod agent;
 mod provider;
 mod schema;
 
@@ -98,6 +99,9 @@ struct Op {
     done: tokio_util::sync::CancellationToken,
     /// Autonomous mode: the frozen, syntax-checked agent module.
     agent: Option<aab_extract::PreparedScript>,
+    /// Autonomous mode: the live agent child (one per operation, `decide(signal)`
+    /// per turn); gone after pause, cancel or the end, started again on resume.
+    agent_child: tokio::sync::Mutex<Option<agent::AgentChild>>,
     st: Mutex<St>,
 }
 
@@ -149,6 +153,8 @@ struct St {
     host_actions: HashMap<String, String>,
     /// Agent turn generation: a reply is accepted only for the current turn.
     turn: u64,
+    /// Fired (and replaced) on pause / cancel / the end: abandons the turn in flight.
+    agent_abort: tokio_util::sync::CancellationToken,
 }
 
 impl St {
@@ -363,6 +369,13 @@ async fn start(host: &Arc<ExecutionHost>, args: &Value, cwd: &str) -> Result<Val
     if let Some(b) = &budget {
         lifetime = lifetime.min(b.max_duration_ms);
     }
+    // Autonomous: the agent child starts now and must export decide(signal).
+    let agent_child = match &agent {
+        Some(a) => Some(agent::AgentChild::spawn(a, std::path::Path::new(cwd), &op_id, &tokio_util::sync::CancellationToken::new()).await.map_err(|e| {
+            CommandError::new("agent_adapter_unavailable", format!("agentModule: {}", e.message)).with_field("agentModule").with_details(json!({"diagnostic": e.diagnostic}))
+        })?),
+        None => None,
+    };
     let started_at_ms = crate::ids::now_ms();
     let op = Arc::new(Op {
         id: op_id.clone(),
@@ -373,6 +386,7 @@ async fn start(host: &Arc<ExecutionHost>, args: &Value, cwd: &str) -> Result<Val
         work: tokio::sync::Mutex::new(()),
         done: tokio_util::sync::CancellationToken::new(),
         agent,
+        agent_child: tokio::sync::Mutex::new(agent_child),
         st: Mutex::new(St {
             status: "created".into(),
             revision: 0,
@@ -404,6 +418,7 @@ async fn start(host: &Arc<ExecutionHost>, args: &Value, cwd: &str) -> Result<Val
             watermarks,
             capture: Value::Null,
             paused_from: None,
+            agent_abort: tokio_util::sync::CancellationToken::new(),
             budget,
             action_window: None,
             host_actions: HashMap::new(),
@@ -1183,13 +1198,53 @@ fn spawn_agent(host: &Arc<ExecutionHost>, op: &Arc<Op>) {
     tokio::spawn(async move { agent_loop(host, op).await });
 }
 
-/// One agent call per turn, in a fresh child (aab-extract: own process group,
+/// One `decide` call in the operation's agent child, started first if it is not
+/// running (after a resume, a timeout or a crash). A fatal failure (timeout, exit,
+/// malformed frame, abandoned turn) kills and reaps the child.
+async fn agent_turn(op: &Arc<Op>, prepared: &aab_extract::PreparedScript, turn: u64, inputs: &Value, abort: &tokio_util::sync::CancellationToken) -> Result<Value, agent::AgentError> {
+    let mut slot = op.agent_child.lock().await;
+    if abort.is_cancelled() {
+        return Err(agent::AgentError { code: "agent_aborted".into(), message: "the turn was abandoned before it started".into(), fatal: true, diagnostic: None });
+    }
+    if slot.is_none() {
+        *slot = Some(agent::AgentChild::spawn(prepared, std::path::Path::new(&op.cwd), &op.id, abort).await?);
+    }
+    let child = slot.as_mut().expect("agent child");
+    let result = child.decide(turn, inputs, prepared.timeout(), abort).await;
+    if let Err(e) = &result
+        && e.fatal
+        && let Some(mut c) = slot.take()
+    {
+        c.kill().await;
+    }
+    result
+}
+
+/// Abandon any agent turn in flight and kill + reap the agent child (pause,
+/// cancel, every terminal outcome). Resolves once the process is gone.
+async fn kill_agent(op: &Op) {
+    if op.agent.is_none() {
+        return;
+    }
+    {
+        let mut st = op.st.lock().expect("intent state");
+        st.agent_abort.cancel();
+        st.agent_abort = tokio_util::sync::CancellationToken::new();
+    }
+    let mut slot = op.agent_child.lock().await;
+    if let Some(mut c) = slot.take() {
+        c.kill().await;
+    }
+}
+
+/// One agent call per turn, in the operation's persistent child (aab-extract: own process group,
 /// SIGKILLed at the per-turn timeout or after the reply, temp dir removed). The
 /// reply is validated exactly like a caller's `decide`; a malformed reply or an
 /// adapter failure leaves the Intent `waiting_for_decision` with the error
 /// recorded (no automatic re-ask); budget exhaustion → `intervention_required`.
 async fn agent_loop(host: Arc<ExecutionHost>, op: Arc<Op>) {
     let Some(agent) = op.agent.clone() else { return };
+    let agent = &agent;
     loop {
         let gate = {
             let mut st = op.st.lock().expect("intent state");
@@ -1206,15 +1261,16 @@ async fn agent_loop(host: Arc<ExecutionHost>, op: Arc<Op>) {
                 st.turn += 1;
                 st.status = "autonomous_deciding".into();
                 let (turn, calls) = (st.turn, st.agent_calls);
-                st.event("agent_call", json!({"turn": turn, "agentCalls": calls}));
+                let pid = op.agent_child.try_lock().ok().and_then(|c| c.as_ref().map(agent::AgentChild::pid));
+                st.event("agent_call", json!({"turn": turn, "agentCalls": calls, "agentPid": pid}));
                 let mut inputs = json!({"goal": st.goal, "revision": st.revision, "summary": st.summary, "evidenceId": st.latest.get("summary")});
                 if !st.capture.is_null() {
                     inputs["capture"] = st.capture.clone();
                 }
-                Ok((turn, inputs))
+                Ok((turn, inputs, st.agent_abort.clone()))
             }
         };
-        let (turn, inputs) = match gate {
+        let (turn, inputs, abort) = match gate {
             Ok(x) => x,
             Err((reason, details)) => {
                 let Ok(_guard) = op.work.try_lock() else { return };
@@ -1230,9 +1286,8 @@ async fn agent_loop(host: Arc<ExecutionHost>, op: Arc<Op>) {
                 return;
             }
         };
-        let script = agent.clone();
         let t0 = Instant::now();
-        let ran = tokio::task::spawn_blocking(move || aab_extract::run_timed(&script, &inputs)).await;
+        let ran = agent_turn(&op, &agent, turn, &inputs, &abort).await;
         let agent_ms = ms(t0.elapsed());
         let guard = op.work.lock().await;
         let reply = {
@@ -1245,13 +1300,7 @@ async fn agent_loop(host: Arc<ExecutionHost>, op: Arc<Op>) {
                 return;
             }
             st.status = "waiting_for_decision".into();
-            match ran {
-                Ok(x) => match x.result {
-                    Ok(v) => Ok(v),
-                    Err(e) => Err(json!({"error": e.code, "message": e.message, "diagnostic": e.diagnostic})),
-                },
-                Err(e) => Err(json!({"error": "agent_adapter_failed", "message": e.to_string()})),
-            }
+            ran.map_err(|e| e.to_json())
         };
         let decision = match reply {
             Ok(v) => v,
@@ -1317,7 +1366,10 @@ async fn pause_resume(host: &Arc<ExecutionHost>, args: &Value, pause: bool) -> R
         }
     }
     drop(_guard);
-    if !pause {
+    if pause {
+        // The agent child does not outlive a pause; resume starts a new one.
+        kill_agent(&op).await;
+    } else {
         // Autonomous: resume obtains a new decision.
         spawn_agent(host, &op);
     }
@@ -1360,23 +1412,26 @@ async fn finish(op: &Arc<Op>, status: &str, error: Option<String>) {
         json!({"stepId": "intent-terminal", "revision": st.revision, "target": st.target, "payloadSummary": l})
     };
     let saved = persist(&op.facts, &op.id, "checkpoint", payload).await;
-    let mut st = op.st.lock().expect("intent state");
-    match saved {
-        Ok((eid, _)) => {
-            st.status = status.into();
-            st.terminal_evidence_id = Some(eid.clone());
-            st.latest.insert("checkpoint".into(), json!(eid));
-            st.event("terminal", json!({"terminalEvidenceId": eid, "error": error}));
+    {
+        let mut st = op.st.lock().expect("intent state");
+        match saved {
+            Ok((eid, _)) => {
+                st.status = status.into();
+                st.terminal_evidence_id = Some(eid.clone());
+                st.latest.insert("checkpoint".into(), json!(eid));
+                st.event("terminal", json!({"terminalEvidenceId": eid, "error": error}));
+            }
+            Err(e) => {
+                st.status = "blocked_evidence_store".into();
+                st.error = Some(e.code.clone());
+                st.event("terminal_persistence_failed", json!({"error": e.code}));
+            }
         }
-        Err(e) => {
-            st.status = "blocked_evidence_store".into();
-            st.error = Some(e.code.clone());
-            st.event("terminal_persistence_failed", json!({"error": e.code}));
-        }
+        let lifetime = crate::ids::now_ms().saturating_sub(st.started_at_ms);
+        st.timing("lifetimeMs", lifetime);
     }
-    let lifetime = crate::ids::now_ms().saturating_sub(st.started_at_ms);
-    st.timing("lifetimeMs", lifetime);
     op.done.cancel();
+    kill_agent(op).await;
 }
 
 // ------------------------------------------------------------------ status / history / recovery

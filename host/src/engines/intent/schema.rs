@@ -17,12 +17,12 @@ pub const DEFAULT_REQUIRE_LIMIT: u64 = 200;
 fn agent_module() -> Value {
     json!({
         "type": "object", "additionalProperties": false, "required": ["language"],
-        "description": "Autonomous agent: a `main(ctx)` run in a fresh node/python3 child per decision turn; ctx.inputs = {goal, revision, summary, evidenceId, capture?}; returns a decision object (the `decide` shape)",
+        "description": "Autonomous agent module exporting `decide(signal)` (JavaScript: `exports.decide`, `module.exports = fn` or a top-level `function decide`; Python: a top-level `def decide`). One persistent node/python3 child per Intent loads it at start and is called once per decision turn with {goal, revision, summary, evidenceId, capture?, signal}; it returns a decision object (the `decide` shape). The child is killed on pause, cancel and at the end (resume starts a new one).",
         "properties": {
             "language": {"type": "string", "enum": ["javascript", "python"]},
             "source": {"type": "string", "minLength": 1, "maxLength": 65536},
             "sourcePath": text(4096, "Agent source file (resolved against the caller's cwd, read at start)"),
-            "timeoutMs": {"type": "integer", "minimum": 1, "maximum": 10000, "default": DEFAULT_AGENT_TURN_MS, "description": "Per-turn timeout; the child is killed at it"}
+            "timeoutMs": {"type": "integer", "minimum": 1, "maximum": 10000, "default": DEFAULT_AGENT_TURN_MS, "description": "Per-turn timeout; the agent child is killed at it (the next turn starts a new one)"}
         },
         "oneOf": [{"required": ["source"]}, {"required": ["sourcePath"]}]
     })
