@@ -8,5 +8,6 @@ mod foundation;
 mod intent;
 mod pipeline;
 mod plugin_sdk;
+mod reply;
 mod script;
 mod web;
