@@ -12,7 +12,7 @@ const EXTRACT_ONE: &str = r#"{"mode":"script","language":"javascript","source":"
 #[test]
 fn control_keeps_script_continuation_facts_under_extract() {
     let env = TestEnv::new();
-    let spec = json!({"schemaVersion": "aab.code-script/v1", "language": "javascript", "source": "async function main(ctx) { return {answer: 42}; }"});
+    let spec = json!({"schemaVersion": "aab.code-script/v1", "language": "javascript", "source": "exports.main = async (ctx) => ({answer: 42});"});
     env.aab_ok(&["script", "--operation", "start", "--operation-id", "ctl-1", "--script", &spec.to_string()]);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -20,6 +20,7 @@ fn control_keeps_script_continuation_facts_under_extract() {
         if v["value"]["status"] == json!("completed") {
             break;
         }
+        assert!(!["failed", "cancelled"].contains(&v["value"]["status"].as_str().unwrap_or_default()), "script ended: {v}");
         assert!(Instant::now() < deadline, "script did not complete: {v}");
     }
     let run = env.aab(&["script", "--operation", "status", "--operation-id", "ctl-1", "--extract", EXTRACT_ONE]);
