@@ -174,7 +174,11 @@ impl AgentChild {
             _ = abort.cancelled() => return Err(AgentError::new("agent_aborted", "the turn was abandoned (pause, cancel or the Intent ended)", true)),
         };
         if n == 0 {
-            let status = self.child.try_wait().ok().flatten().map(|s| s.to_string()).unwrap_or_else(|| "closed its output".into());
+            // Its output closed: give the exit a moment to be reaped, for the message.
+            let status = match tokio::time::timeout(Duration::from_millis(500), self.child.wait()).await {
+                Ok(Ok(s)) => s.to_string(),
+                _ => "closed its output".into(),
+            };
             return Err(AgentError::new("agent_exited", format!("the agent process exited ({status})"), true));
         }
         if line.last() != Some(&b'\n') {
