@@ -360,3 +360,42 @@ pub fn assemble_with_sink(
 pub fn failure(command: &str, error: CommandError) -> PublicReply {
     assemble(command, ExecOutcome::Failed(error), Map::new(), &ExtractPlan::None, DEFAULT_OUTPUT_BYTES)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn control_of(value: Value) -> Map<String, Value> {
+        let body = assemble("x", ExecOutcome::Json(value), Map::new(), &ExtractPlan::None, DEFAULT_OUTPUT_BYTES).body;
+        body["control"].as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn operation_facts_are_picked_when_the_result_names_an_operation() {
+        let c = control_of(json!({"operationId": "op-1", "status": "completed", "eventSequence": 7, "resultRef": {"evidenceId": "e"}, "pendingQuestion": null, "echo": "x"}));
+        assert_eq!((c["operationId"].clone(), c["status"].clone(), c["eventSequence"].clone()), (json!("op-1"), json!("completed"), json!(7)));
+        assert_eq!(c["resultRef"], json!({"evidenceId": "e"}));
+        assert!(!c.contains_key("pendingQuestion"), "nulls are dropped");
+        assert!(!c.contains_key("echo"));
+        // Without an operationId, `status` is the provider's business, not a continuation fact.
+        let c = control_of(json!({"status": "running"}));
+        assert!(!c.contains_key("status"));
+    }
+
+    #[test]
+    fn capture_facts_are_picked_when_the_result_carries_a_window() {
+        let c = control_of(json!({"stream": "logs", "watermarkCursor": "wc1:x", "coverage": {"status": "complete"}, "records": [1, 2], "hasMore": false}));
+        assert_eq!((c["stream"].clone(), c["watermarkCursor"].clone(), c["coverage"]["status"].clone()), (json!("logs"), json!("wc1:x"), json!("complete")));
+        assert_eq!(c["hasMore"], json!(false));
+        assert!(!c.contains_key("records"));
+        let c = control_of(json!({"stream": "logs"}));
+        assert!(!c.contains_key("stream"), "no window, no capture facts");
+    }
+
+    #[test]
+    fn an_extractor_never_removes_continuation_facts() {
+        let plan = ExtractPlan::Regex(RegexExtract { pattern: "x".into(), input_path: "/x".into(), flags: String::new(), timeout_ms: 1000 });
+        let body = assemble("x", ExecOutcome::Json(json!({"operationId": "op-1", "status": "paused", "x": "x"})), Map::new(), &plan, DEFAULT_OUTPUT_BYTES).body;
+        assert_eq!((body["control"]["operationId"].clone(), body["control"]["status"].clone()), (json!("op-1"), json!("paused")), "{body}");
+    }
+}
