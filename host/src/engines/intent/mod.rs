@@ -1287,7 +1287,7 @@ async fn agent_loop(host: Arc<ExecutionHost>, op: Arc<Op>) {
             }
         };
         let t0 = Instant::now();
-        let ran = agent_turn(&op, &agent, turn, &inputs, &abort).await;
+        let ran = agent_turn(&op, agent, turn, &inputs, &abort).await;
         let agent_ms = ms(t0.elapsed());
         let guard = op.work.lock().await;
         let reply = {
