@@ -666,7 +666,15 @@ fn intent_require_window_options_and_action_provider() {
     w.chrome.eval(&page.tab, "console.info('after the mark'); true");
     let resumed = w.intent_ok("start", json!({"goal": "resume", "target": w.target(&page), "operationId": "req-cursor", "require": {"streams": ["logs"], "factCursor": mark}}));
     assert_eq!(messages(&resumed["capture"]["streams"]["logs"]), vec!["after the mark".to_string()], "{}", resumed["capture"]);
-    for op in ["req-current", "req-null", "req-limit", "req-cursor"] {
+    // ---- timeoutMs bounds the stream reads: a read that cannot finish in 1 ms leaves the
+    // stream unavailable, and the observation still commits.
+    let hurried = w.intent_ok("start", json!({"goal": "hurry", "target": w.target(&page), "operationId": "req-hurry", "require": {"streams": ["logs"], "timeoutMs": 1}}));
+    let r = &hurried["capture"]["refs"][0];
+    println!("intent require timeoutMs 1: {r}");
+    assert_eq!((hurried["status"].clone(), hurried["revision"].clone()), (json!("waiting_for_decision"), json!(1)), "{hurried}");
+    assert_eq!(r["coverage"], json!("unavailable"), "{r}");
+    assert!(r["error"].is_string(), "{r}");
+    for op in ["req-current", "req-null", "req-limit", "req-cursor", "req-hurry"] {
         w.intent_ok("cancel", json!({"operationId": op}));
     }
 

@@ -664,7 +664,8 @@ async fn observe(host: &Arc<ExecutionHost>, op: &Arc<Op>) -> Result<(), CommandE
             st.observation = observation;
             st.summary = summary;
             st.watermarks = new_watermarks;
-            st.capture = if captures.is_empty() { Value::Null } else { json!({"coverage": coverage, "refs": capture_refs, "streams": captures}) };
+            // Failed reads are reported too (their refs carry the error).
+            st.capture = if capture_refs.is_empty() { Value::Null } else { json!({"coverage": coverage, "refs": capture_refs, "streams": captures}) };
             st.observation_failure = Value::Null;
             st.latest.insert("observation".into(), json!(obs_id));
             st.latest.insert("summary".into(), json!(sum_id));
