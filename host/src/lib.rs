@@ -16,6 +16,7 @@ pub mod digest;
 pub mod engines;
 pub mod error;
 pub mod facts;
+pub mod feedback;
 pub mod fsread;
 pub mod ids;
 pub mod ownership;

@@ -56,6 +56,8 @@ pub struct CallResult {
     /// The outcome of an earlier request with the same requestId was reused.
     pub reused: bool,
     pub target_key: String,
+    /// When this delivery was requested, admitted and settled (`_feedback.timings`).
+    pub timings: crate::feedback::CallTimings,
 }
 
 /// Runtime-level services the `runtime` built-in needs from its daemon.
@@ -159,7 +161,13 @@ impl ExecutionHost {
         let call = InternalCall { command: &parsed.command, arguments: parsed.arguments.clone(), cwd, deadline_cap: None, cancel: None, control: Some(control) };
         match self.call(call).await {
             Err(e) => reply::rejection(Some(&parsed.command), &e),
-            Ok(result) => {
+            Ok(mut result) => {
+                // `_feedback` on object results of plugin commands (reference §10).
+                if let Some(command) = self.catalog.registry.get(&parsed.command)
+                    && matches!(command.origin, CommandOrigin::Plugin { .. })
+                {
+                    crate::feedback::attach(&mut result.outcome, command, &arguments, &result.target_key, &result.timings, &result.history);
+                }
                 let mut ctl = Map::new();
                 ctl.insert("history".into(), result.history);
                 if result.reused {
@@ -181,6 +189,7 @@ impl ExecutionHost {
         let mutation = is_mutation(command, &arguments);
         let device = if mutation { device_of(command, &arguments)? } else { None };
         let now = Instant::now();
+        let requested_at_ms = crate::ids::now_ms();
         let mut timeout = timeout_of(command, &arguments);
         let mut deadline = now + timeout;
         if let Some(cap) = call.deadline_cap {
@@ -203,7 +212,8 @@ impl ExecutionHost {
                 let outcome = admission::await_outcome(rx).await;
                 let action_id = crate::ids::uuid_v4();
                 let history = self.history(&target_key, &action_id, name, &arguments, &outcome).await;
-                return Ok(CallResult { outcome, action_id, history, reused: true, target_key });
+                let timings = crate::feedback::CallTimings::settled_now(requested_at_ms, requested_at_ms, 0);
+                return Ok(CallResult { outcome, action_id, history, reused: true, target_key, timings });
             }
             Some(Claim::Execute(tx)) => Some(tx),
             None => None,
@@ -213,11 +223,13 @@ impl ExecutionHost {
         let action_id = crate::ids::uuid_v4();
         let active_id = self.active.register(request_id.as_deref(), cancel.clone());
         let started = Instant::now();
+        let mut queue_wait_ms = 0;
         let outcome = match self.lanes.admit(admission_key.as_deref(), deadline, &cancel).await {
             Err(e) => ExecOutcome::Failed(e),
             Ok(_lane) => {
                 self.active.mark_admitted(active_id);
                 let queue_wait = started.elapsed();
+                queue_wait_ms = queue_wait.as_millis() as u64;
                 let outcome = self.dispatch(command, name, arguments.clone(), call.cwd.clone(), (timeout, deadline), &cancel, device, &action_id, call.control).await;
                 tracing::debug!(command = %name, queue_ms = queue_wait.as_millis() as u64, "settled");
                 outcome
@@ -230,8 +242,9 @@ impl ExecutionHost {
         }
         // History is written after the action settled; a failed write is reported in
         // `control.history` and never retries or rewrites the action.
+        let timings = crate::feedback::CallTimings::settled_now(requested_at_ms, requested_at_ms + queue_wait_ms, queue_wait_ms);
         let history = self.history(&target_key, &action_id, name, &arguments, &outcome).await;
-        Ok(CallResult { outcome, action_id, history, reused: false, target_key })
+        Ok(CallResult { outcome, action_id, history, reused: false, target_key, timings })
     }
 
     async fn history(&self, target_key: &str, action_id: &str, command: &str, arguments: &Value, outcome: &ExecOutcome) -> Value {

@@ -77,6 +77,44 @@ const EXECUTION_KEYS: &[&str] = &[
 ];
 const CONTROL_KEYS: &[&str] = &["cursor", "nextCursor", "factCursor", "hasMore", "truncated", "dropped", "gap", "updatedAtMs", "observedAtMs", "capturedAtMs"];
 
+/// Continuation facts of a long-running operation (Script, Intent and the managed
+/// Intents): picked when the result names its `operationId`. Null values are
+/// dropped. Chosen by what the result carries, never by platform or command name.
+const OPERATION_CONTROL_KEYS: &[&str] = &[
+    "operationId", "status", "pauseReason", "eventSequence", "resultRef", "persisted", "timedOut", "waitMs", "pendingQuestion", "revision", "lastDecisionId",
+    "eventGap", "droppedEvents", "evidenceId", "latestEvidenceIds", "terminalEvidenceId", "observationFailure", "provider", "observationTarget", "deadlineMs",
+    "pendingOperations", "lastAction",
+];
+
+/// Continuation facts of a capture read: picked when the result carries a capture
+/// window (`watermarkCursor`) or a `coverage` report.
+const CAPTURE_CONTROL_KEYS: &[&str] =
+    &["stream", "coverage", "window", "view", "runtimeEpoch", "targetKey", "storeGeneration", "watermarkCursor", "throughCursor", "throughWatermark", "barrier", "committed"];
+
+/// The continuation facts `control` keeps from an object result, whatever an
+/// extractor later makes of the value.
+fn continuation(result: &Map<String, Value>, control: &mut Map<String, Value>) {
+    for k in CONTROL_KEYS {
+        if let Some(x) = result.get(*k) {
+            control.insert((*k).into(), x.clone());
+        }
+    }
+    if result.get("operationId").is_some_and(Value::is_string) {
+        for k in OPERATION_CONTROL_KEYS {
+            if let Some(x) = result.get(*k).filter(|x| !x.is_null()) {
+                control.insert((*k).into(), x.clone());
+            }
+        }
+    }
+    if result.get("watermarkCursor").is_some() || result.get("coverage").is_some() {
+        for k in CAPTURE_CONTROL_KEYS {
+            if let Some(x) = result.get(*k).filter(|x| !x.is_null()) {
+                control.insert((*k).into(), x.clone());
+            }
+        }
+    }
+}
+
 fn base_source() -> Value {
     json!({"responseId": crate::ids::uuid_v4(), "capturedAtMs": crate::ids::now_ms(), "persisted": false, "reason": "not_requested"})
 }
@@ -141,11 +179,7 @@ pub fn assemble_with_sink(
                         execution.insert((*k).into(), x.clone());
                     }
                 }
-                for k in CONTROL_KEYS {
-                    if let Some(x) = m.get(*k) {
-                        control.insert((*k).into(), x.clone());
-                    }
-                }
+                continuation(m, &mut control);
             }
             // The provider call completed; an object without `ok` is a confirmed success.
             execution.entry("ok").or_insert(Value::Bool(true));
@@ -325,4 +359,43 @@ pub fn assemble_with_sink(
 /// A failure after validation (runtime unreachable, identity mismatch, ...).
 pub fn failure(command: &str, error: CommandError) -> PublicReply {
     assemble(command, ExecOutcome::Failed(error), Map::new(), &ExtractPlan::None, DEFAULT_OUTPUT_BYTES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn control_of(value: Value) -> Map<String, Value> {
+        let body = assemble("x", ExecOutcome::Json(value), Map::new(), &ExtractPlan::None, DEFAULT_OUTPUT_BYTES).body;
+        body["control"].as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn operation_facts_are_picked_when_the_result_names_an_operation() {
+        let c = control_of(json!({"operationId": "op-1", "status": "completed", "eventSequence": 7, "resultRef": {"evidenceId": "e"}, "pendingQuestion": null, "echo": "x"}));
+        assert_eq!((c["operationId"].clone(), c["status"].clone(), c["eventSequence"].clone()), (json!("op-1"), json!("completed"), json!(7)));
+        assert_eq!(c["resultRef"], json!({"evidenceId": "e"}));
+        assert!(!c.contains_key("pendingQuestion"), "nulls are dropped");
+        assert!(!c.contains_key("echo"));
+        // Without an operationId, `status` is the provider's business, not a continuation fact.
+        let c = control_of(json!({"status": "running"}));
+        assert!(!c.contains_key("status"));
+    }
+
+    #[test]
+    fn capture_facts_are_picked_when_the_result_carries_a_window() {
+        let c = control_of(json!({"stream": "logs", "watermarkCursor": "wc1:x", "coverage": {"status": "complete"}, "records": [1, 2], "hasMore": false}));
+        assert_eq!((c["stream"].clone(), c["watermarkCursor"].clone(), c["coverage"]["status"].clone()), (json!("logs"), json!("wc1:x"), json!("complete")));
+        assert_eq!(c["hasMore"], json!(false));
+        assert!(!c.contains_key("records"));
+        let c = control_of(json!({"stream": "logs"}));
+        assert!(!c.contains_key("stream"), "no window, no capture facts");
+    }
+
+    #[test]
+    fn an_extractor_never_removes_continuation_facts() {
+        let plan = ExtractPlan::Regex(RegexExtract { pattern: "x".into(), input_path: "/x".into(), flags: String::new(), timeout_ms: 1000 });
+        let body = assemble("x", ExecOutcome::Json(json!({"operationId": "op-1", "status": "paused", "x": "x"})), Map::new(), &plan, DEFAULT_OUTPUT_BYTES).body;
+        assert_eq!((body["control"]["operationId"].clone(), body["control"]["status"].clone()), (json!("op-1"), json!("paused")), "{body}");
+    }
 }

@@ -131,6 +131,13 @@ pub struct IntentStream {
     /// Pointer to the read's coverage status (complete | partial | unavailable).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coverage: Option<String>,
+    /// Pointer to the read's record array (the engine keeps at most `require.limit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records: Option<String>,
+    /// Continuation: extra arguments for the next page, rendered against the
+    /// previous page (`${page.…}`); the read ends when a placeholder has no value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<Value>,
 }
 
 impl Manifest {

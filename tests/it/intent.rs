@@ -298,25 +298,44 @@ fn wait_event(w: &Web, op: &str, kind: &str, limit: Duration) -> Value {
     }
 }
 
+// A module-level counter proves every turn runs in the same (persistent) child.
 const GOOD_AGENT: &str = r#"
-function main(ctx) {
-  const { revision, summary, goal, evidenceId } = ctx.inputs;
-  if (!goal || !evidenceId) throw new Error('missing inputs');
+let calls = 0;
+exports.decide = async function (signal) {
+  calls += 1;
+  const { revision, summary, goal, evidenceId } = signal;
+  if (!goal || !evidenceId || !signal.signal) throw new Error('missing inputs');
   if (revision === 1) {
     const tab = summary.nodes.find((n) => n.id === 'tab-done');
-    return { decisionId: 'agent-' + revision, basedOnRevision: revision, agentDecision: 'act', action: { action: 'tap', selector: { elementId: tab.elementId } }, reason: 'open the done view' };
+    return { decisionId: 'agent-' + revision + '-call' + calls, basedOnRevision: revision, agentDecision: 'act', action: { action: 'tap', selector: { elementId: tab.elementId } }, reason: 'open the done view' };
   }
-  return { decisionId: 'agent-' + revision, basedOnRevision: revision, agentDecision: 'complete', reason: 'the done view is shown' };
-}
+  return { decisionId: 'agent-' + revision + '-call' + calls, basedOnRevision: revision, agentDecision: 'complete', reason: 'the done view is shown' };
+};
 "#;
 
 /// An agent that always taps the done tab.
 const TAPPER: &str = r#"
-def main(ctx):
-    rev = ctx.inputs["revision"]
-    tab = [n for n in ctx.inputs["summary"]["nodes"] if n.get("id") == "tab-done"][0]
+def decide(signal):
+    rev = signal["revision"]
+    tab = [n for n in signal["summary"]["nodes"] if n.get("id") == "tab-done"][0]
     return {"decisionId": "t-%d" % rev, "basedOnRevision": rev, "agentDecision": "act", "action": {"action": "tap", "selector": {"elementId": tab["elementId"]}}}
 "#;
+
+/// An agent that thinks for a minute (its turn timeout kills it first).
+const THINKER: &str = "import time\ndef decide(signal):\n    time.sleep(60)\n";
+
+/// Wait until the runtime has an agent child (its pid list).
+fn wait_agent_child(w: &Web) -> Vec<String> {
+    let t0 = std::time::Instant::now();
+    loop {
+        let found = agent_children(w);
+        if !found.is_empty() {
+            return found;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "no agent child appeared");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
 
 #[test]
 fn intent_autonomous_agents() {
@@ -334,7 +353,11 @@ fn intent_autonomous_agents() {
     println!("intent autonomous good: status={} agentCalls={} actionSteps={} revision={} in {:?} (start returned after {:?}) timings={}", done["status"], done["agentCalls"], done["actionSteps"], done["revision"], took, t0.elapsed(), done["timings"]);
     assert_eq!(done["status"], json!("completed"), "{done}");
     assert_eq!((done["agentCalls"].clone(), done["actionSteps"].clone(), done["revision"].clone()), (json!(2), json!(1), json!(2)), "{done}");
-    assert_eq!(done["lastDecisionId"], json!("agent-2"));
+    // Both turns ran in one child: its module state carried the call count over.
+    assert_eq!(done["lastDecisionId"], json!("agent-2-call2"), "{done}");
+    let pids: Vec<Value> = done["events"].as_array().unwrap().iter().filter(|e| e["type"] == json!("agent_call")).map(|e| e["agentPid"].clone()).collect();
+    assert_eq!(pids.len(), 2, "{done}");
+    assert!(pids[0].is_i64() && pids[0] == pids[1], "one persistent agent child for both turns: {pids:?}");
     assert_eq!(w.clicks(&page), 1);
     assert_eq!(w.chrome.eval(&page.tab, "location.search"), json!("?view=done"));
     assert!(agent_children(&w).is_empty(), "{:?}", agent_children(&w));
@@ -364,7 +387,7 @@ fn intent_autonomous_agents() {
 
     // ---- garbage: the reply is validated like `decide`; waits with the field error, never dispatches
     let clicks = w.clicks(&page);
-    let garbage = "def main(ctx):\n    return {\"decisionId\": \"g-1\", \"basedOnRevision\": ctx.inputs[\"revision\"], \"agentDecision\": \"act\", \"action\": {\"action\": \"tap\", \"durationMs\": 3}}\n";
+    let garbage = "def decide(signal):\n    return {\"decisionId\": \"g-1\", \"basedOnRevision\": signal[\"revision\"], \"agentDecision\": \"act\", \"action\": {\"action\": \"tap\", \"durationMs\": 3}}\n";
     w.intent_ok("start", json!({"goal": "garbage", "target": w.target(&page), "operationId": "auto-garbage", "mode": "autonomous",
         "agentModule": {"language": "python", "source": garbage}, "budget": {"maxDurationMs": 3000}}));
     let rejected = wait_event(&w, "auto-garbage", "agent_decision_rejected", Duration::from_secs(10));
@@ -381,10 +404,10 @@ fn intent_autonomous_agents() {
     // ---- a looping agent is killed at its per-turn timeout; the Intent ends at its budget
     let t0 = std::time::Instant::now();
     w.intent_ok("start", json!({"goal": "loop", "target": w.target(&page), "operationId": "auto-loop", "mode": "autonomous",
-        "agentModule": {"language": "javascript", "source": "function main(ctx) { for (;;) {} }", "timeoutMs": 500}, "budget": {"maxDurationMs": 3000}}));
+        "agentModule": {"language": "javascript", "source": "function decide(signal) { for (;;) {} }", "timeoutMs": 500}, "budget": {"maxDurationMs": 3000}}));
     let failed = wait_event(&w, "auto-loop", "agent_adapter_failed", Duration::from_secs(10));
     println!("intent autonomous loop: killed after {:?}: {failed}", t0.elapsed());
-    assert_eq!(failed["cause"]["error"], json!("extraction_timeout"), "{failed}");
+    assert_eq!(failed["cause"]["error"], json!("agent_timeout"), "{failed}");
     assert!(agent_children(&w).is_empty(), "looping child killed: {:?}", agent_children(&w));
     let (st, took) = wait_terminal(&w, "auto-loop", Duration::from_secs(10));
     println!("intent autonomous loop end: status={} after {:?} total", st["status"], t0.elapsed());
@@ -393,17 +416,17 @@ fn intent_autonomous_agents() {
 
     // ---- a crashing agent (Python, the process exits) → agent_adapter_failed, then the budget ends it
     w.intent_ok("start", json!({"goal": "crash", "target": w.target(&page), "operationId": "auto-crash", "mode": "autonomous",
-        "agentModule": {"language": "python", "source": "import os\ndef main(ctx):\n    os._exit(9)\n"}, "budget": {"maxDurationMs": 3000}}));
+        "agentModule": {"language": "python", "source": "import os\ndef decide(signal):\n    os._exit(9)\n"}, "budget": {"maxDurationMs": 3000}}));
     let failed = wait_event(&w, "auto-crash", "agent_adapter_failed", Duration::from_secs(10));
     println!("intent autonomous crash: {failed}");
-    assert_eq!(failed["cause"]["error"], json!("extraction_worker_exited"), "{failed}");
+    assert_eq!(failed["cause"]["error"], json!("agent_exited"), "{failed}");
     let (st, _) = wait_terminal(&w, "auto-crash", Duration::from_secs(10));
     assert_eq!(st["status"], json!("timeout"), "{st}");
     assert!(agent_children(&w).is_empty(), "{:?}", agent_children(&w));
 
     // ---- a late reply after cancel never dispatches
     let clicks = w.clicks(&page);
-    let slow = "import time\ndef main(ctx):\n    time.sleep(1.5)\n    rev = ctx.inputs['revision']\n    tab = [n for n in ctx.inputs['summary']['nodes'] if n.get('id') == 'tab-all'][0]\n    return {'decisionId': 's-1', 'basedOnRevision': rev, 'agentDecision': 'act', 'action': {'action': 'tap', 'selector': {'elementId': tab['elementId']}}}\n";
+    let slow = "import time\ndef decide(signal):\n    time.sleep(1.5)\n    rev = signal['revision']\n    tab = [n for n in signal['summary']['nodes'] if n.get('id') == 'tab-all'][0]\n    return {'decisionId': 's-1', 'basedOnRevision': rev, 'agentDecision': 'act', 'action': {'action': 'tap', 'selector': {'elementId': tab['elementId']}}}\n";
     w.intent_ok("start", json!({"goal": "slow", "target": w.target(&page), "operationId": "auto-late", "mode": "autonomous",
         "agentModule": {"language": "python", "source": slow, "timeoutMs": 5000}, "budget": {"maxDurationMs": 20000}}));
     let cancelled = w.intent_ok("cancel", json!({"operationId": "auto-late"}));
@@ -414,6 +437,31 @@ fn intent_autonomous_agents() {
     let st = w.intent_ok("status", json!({"operationId": "auto-late", "limit": 1}));
     assert_eq!((st["status"].clone(), st["actionSteps"].clone()), (json!("cancelled"), json!(0)), "{st}");
     assert!(agent_children(&w).is_empty(), "{:?}", agent_children(&w));
+
+    // ---- pause and cancel kill the persistent child (checked in the process table)
+    w.intent_ok("start", json!({"goal": "think", "target": w.target(&page), "operationId": "auto-pause", "mode": "autonomous",
+        "agentModule": {"language": "python", "source": THINKER, "timeoutMs": 10000}, "budget": {"maxDurationMs": 60000}}));
+    let before = wait_agent_child(&w);
+    println!("intent autonomous pause: agent child {before:?}");
+    let paused = w.intent_ok("pause", json!({"operationId": "auto-pause"}));
+    assert_eq!(paused["status"], json!("paused"), "{paused}");
+    assert!(agent_children(&w).is_empty(), "pause killed the agent child: {:?}", agent_children(&w));
+    let resumed = w.intent_ok("resume", json!({"operationId": "auto-pause"}));
+    assert_eq!(resumed["status"], json!("waiting_for_decision"), "{resumed}");
+    let after = wait_agent_child(&w);
+    println!("intent autonomous resume: new agent child {after:?}");
+    let cancelled = w.intent_ok("cancel", json!({"operationId": "auto-pause"}));
+    assert_eq!(cancelled["status"], json!("cancelled"), "{cancelled}");
+    assert!(agent_children(&w).is_empty(), "cancel killed the agent child: {:?}", agent_children(&w));
+    assert_eq!(cancelled["actionSteps"], json!(0));
+
+    // A module without decide(signal) is refused at start; nothing is retained.
+    let (body, _) = w.intent("start", json!({"goal": "g", "target": w.target(&page), "operationId": "auto-nodecide", "mode": "autonomous",
+        "agentModule": {"language": "javascript", "source": "function main(ctx) { return 1; }"}}));
+    assert_eq!((error_code(&body), aab_e2e::error_field(&body)), (Some("agent_adapter_unavailable"), Some("agentModule")), "{body}");
+    assert!(agent_children(&w).is_empty(), "{:?}", agent_children(&w));
+    let (body, _) = w.intent("status", json!({"operationId": "auto-nodecide"}));
+    assert_eq!(error_code(&body), Some("operation_not_found"), "{body}");
 
     // Autonomous start without an agent module.
     let (body, _) = w.intent("start", json!({"goal": "g", "target": w.target(&page), "mode": "autonomous"}));
@@ -539,4 +587,109 @@ fn intent_lifetime_expiry_and_cancel_in_flight() {
     assert_eq!(st["status"], json!("cancelled"));
     assert_eq!(st["revision"], json!(1), "no observation after the stop: {st}");
     export_and_verify(&w, "intent-inflight", "archive-inflight");
+}
+
+// ------------------------------------------------------------------ require: window options, explicit provider, capture control
+
+/// The logged messages of one stream read.
+fn messages(read: &Value) -> Vec<String> {
+    read["records"].as_array().map(|r| r.iter().map(|x| x["item"]["message"].as_str().unwrap_or_default().to_string()).collect()).unwrap_or_default()
+}
+
+/// The first summary node whose text is `text`.
+fn node_by_text<'a>(snapshot: &'a Value, text: &str) -> &'a Value {
+    snapshot["summary"]["nodes"].as_array().and_then(|n| n.iter().find(|n| n["text"] == json!(text))).unwrap_or_else(|| panic!("no node {text:?} in {}", snapshot["summary"]))
+}
+
+#[test]
+fn intent_require_window_options_and_action_provider() {
+    let mut w = Web::start();
+    let page = w.open("list.html");
+    let target = w.target(&page);
+
+    // ---- rejected at start, before anything is retained
+    w.intent_rejected("start", json!({"goal": "g", "target": target, "require": {"streams": ["logs"], "runtimeEpoch": "an-earlier-document"}}), "runtime_epoch_stale");
+    let f = w.intent_rejected("start", json!({"goal": "g", "target": target, "require": {"streams": ["logs"], "view": "connected-history", "factCursor": "wc1:00000000-0000-4000-8000-000000000000"}}), "invalid_argument");
+    assert_eq!(f["field"], json!("require.factCursor"), "{f}");
+    let f = w.intent_rejected("start", json!({"goal": "g", "target": target, "require": {"streams": ["logs"], "afterActionId": "x"}}), "missing_argument");
+    assert_eq!(f["field"], json!("require.factCursor"), "{f}");
+    w.intent_rejected("start", json!({"goal": "g", "target": target, "require": {"streams": ["logs"], "limit": 1001}}), "invalid_argument");
+
+    // ---- afterActionId omitted: after an action, the window holds that action's records only
+    let start = w.intent_ok("start", json!({"goal": "remove bread", "target": target, "operationId": "req-current",
+        "require": {"streams": ["logs"], "runtimeEpoch": page.runtime_epoch, "timeoutMs": 20000}}));
+    let watermark1 = start["capture"]["refs"][0]["watermark"].as_str().expect("watermark").to_string();
+    w.chrome.eval(&page.tab, "console.info('unrelated before the action'); true");
+    let bread = node_by_text(&start, "Remove")["elementId"].clone();
+    // The provider named inside the action (seed 002); a conflicting one is refused before dispatch.
+    let mut d = decision("conflict", 1, "act", Some(json!({"provider": "h5", "action": "tap", "selector": {"elementId": bread}})));
+    d["provider"] = json!("native");
+    let f = w.intent_rejected("decide", json!({"operationId": "req-current", "decision": d}), "invalid_argument");
+    assert_eq!(f["field"], json!("decision.action.provider"), "{f}");
+    let f = w.intent_rejected("decide", json!({"operationId": "req-current", "decision": decision("wrong", 1, "act", Some(json!({"provider": "native", "action": "tap", "selector": {"elementId": bread}})))}), "intent_provider_mismatch");
+    assert_eq!(f["field"], json!("decision.action.provider"), "{f}");
+    assert_eq!(w.clicks(&page), 0);
+    let acted = w.intent_ok("decide", json!({"operationId": "req-current", "decision": decision("d-1", 1, "act", Some(json!({"provider": "h5", "action": "tap", "selector": {"elementId": bread}})))}));
+    assert_eq!(acted["revision"], json!(2), "{acted}");
+    assert_eq!(w.clicks(&page), 1);
+    let host_action = acted["lastAction"]["hostActionId"].as_str().expect("hostActionId").to_string();
+    let r = &acted["capture"]["refs"][0];
+    println!("intent require current action: {r}");
+    assert_eq!(r["afterActionId"], json!(host_action), "{r}");
+    assert_eq!(r["factCursor"], json!(watermark1), "the window starts at the observation before the action: {r}");
+    let logs = &acted["capture"]["streams"]["logs"];
+    assert_eq!(messages(logs), vec!["removed Bread".to_string()], "only the action's own record: {logs}");
+    // A re-observation of the same action keeps its lower watermark.
+    let again = w.intent_ok("observe", json!({"operationId": "req-current", "basedOnRevision": 2}));
+    assert_eq!(again["capture"]["refs"][0]["factCursor"], json!(watermark1), "{}", again["capture"]["refs"][0]);
+    assert_eq!(messages(&again["capture"]["streams"]["logs"]), vec!["removed Bread".to_string()]);
+
+    // ---- afterActionId: null keeps every record of the window; limit bounds them
+    let start = w.intent_ok("start", json!({"goal": "all records", "target": w.target(&page), "operationId": "req-null", "require": {"streams": ["logs"], "afterActionId": null}}));
+    w.chrome.eval(&page.tab, "for (var i = 0; i < 20; i++) console.info('bulk ' + i); true");
+    let milk = node_by_text(&start, "Remove")["elementId"].clone();
+    let acted = w.intent_ok("decide", json!({"operationId": "req-null", "decision": decision("d-1", 1, "act", Some(json!({"action": "tap", "selector": {"elementId": milk}})))}));
+    let got = messages(&acted["capture"]["streams"]["logs"]);
+    println!("intent require afterActionId null: {} records, ref {}", got.len(), acted["capture"]["refs"][0]);
+    assert_eq!(got.len(), 21, "20 unattributed + the action's own, across pages of 16: {got:?}");
+    assert!(got.contains(&"bulk 0".to_string()) && got.iter().any(|m| m.starts_with("removed ")), "{got:?}");
+    assert!(acted["capture"]["refs"][0]["pages"].as_u64() >= Some(2), "{}", acted["capture"]["refs"][0]);
+    assert_eq!(acted["capture"]["refs"][0]["afterActionId"], Value::Null);
+
+    let limited = w.intent_ok("start", json!({"goal": "limit", "target": w.target(&page), "operationId": "req-limit", "require": {"streams": ["logs"], "limit": 3}}));
+    let r = &limited["capture"]["refs"][0];
+    assert_eq!((r["records"].clone(), r["truncated"].clone()), (json!(3), json!(true)), "{r}");
+    assert_eq!(messages(&limited["capture"]["streams"]["logs"]).len(), 3);
+
+    // ---- factCursor: the first window resumes from it
+    let mark = limited["capture"]["refs"][0]["watermark"].as_str().unwrap().to_string();
+    w.chrome.eval(&page.tab, "console.info('after the mark'); true");
+    let resumed = w.intent_ok("start", json!({"goal": "resume", "target": w.target(&page), "operationId": "req-cursor", "require": {"streams": ["logs"], "factCursor": mark}}));
+    assert_eq!(messages(&resumed["capture"]["streams"]["logs"]), vec!["after the mark".to_string()], "{}", resumed["capture"]);
+    // ---- timeoutMs bounds the stream reads: a read that cannot finish in 1 ms leaves the
+    // stream unavailable, and the observation still commits.
+    let hurried = w.intent_ok("start", json!({"goal": "hurry", "target": w.target(&page), "operationId": "req-hurry", "require": {"streams": ["logs"], "timeoutMs": 1}}));
+    let r = &hurried["capture"]["refs"][0];
+    println!("intent require timeoutMs 1: {r}");
+    assert_eq!((hurried["status"].clone(), hurried["revision"].clone()), (json!("waiting_for_decision"), json!(1)), "{hurried}");
+    assert_eq!(r["coverage"], json!("unavailable"), "{r}");
+    assert!(r["error"].is_string(), "{r}");
+    for op in ["req-current", "req-null", "req-limit", "req-cursor", "req-hurry"] {
+        w.intent_ok("cancel", json!({"operationId": op}));
+    }
+
+    // ---- a capture read whose value an extractor replaced keeps its continuation facts in control
+    let extract = json!({"mode": "script", "language": "javascript", "source": "function main(ctx) { return 1; }"}).to_string();
+    let run = w.env.aab(&["web-logs", "--session-id", &page.session_id, "--runtime-epoch", &page.runtime_epoch, "--extract", &extract]);
+    let body = w.env.expect_ok(&run, "web-logs with an extract");
+    println!("web-logs control under extract: {}", body["control"]);
+    assert_eq!(body["value"], json!(1), "{body}");
+    assert!(body["control"]["watermarkCursor"].as_str().is_some_and(|c| c.starts_with("wc1:")), "{body}");
+    assert!(body["control"]["coverage"]["status"].is_string(), "{body}");
+    assert_eq!(body["control"]["stream"], json!("logs"), "{body}");
+    // Intent replies too.
+    let run = w.env.aab(&["intent", "--operation", "status", "--operation-id", "req-cursor", "--extract", &extract]);
+    let body = w.env.expect_ok(&run, "intent status with an extract");
+    assert_eq!((body["control"]["operationId"].clone(), body["control"]["status"].clone()), (json!("req-cursor"), json!("cancelled")), "{body}");
+    assert!(body["control"]["revision"].is_u64() && body["control"]["terminalEvidenceId"].is_string(), "{body}");
 }

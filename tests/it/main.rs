@@ -9,6 +9,7 @@ mod hostile;
 mod intent;
 mod pipeline;
 mod plugin_sdk;
+mod reply;
 mod script;
 mod trust;
 mod torture;

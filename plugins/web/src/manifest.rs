@@ -78,9 +78,12 @@ fn h5_intent_provider() -> aab_plugin_api::protocol::IntentProvider {
     let stream = |name: &str| IntentStream {
         stream: name.to_string(),
         command: format!("web-{name}"),
-        arguments: page(json!({"view": "${require.view}", "sinceMs": "${require.sinceMs}", "factCursor": "${watermark}"})),
+        arguments: page(json!({"view": "${require.view}", "sinceMs": "${require.sinceMs}", "factCursor": "${window.factCursor}",
+                               "afterActionId": "${window.afterActionId}", "runtimeEpoch": "${require.runtimeEpoch|target.runtimeEpoch}"})),
         watermark: Some("/watermarkCursor".to_string()),
         coverage: Some("/coverage/status".to_string()),
+        records: Some("/records".to_string()),
+        next: Some(json!({"cursor": "${page.nextCursor}", "throughCursor": "${page.throughCursor}"})),
     };
     IntentProvider {
         platform: "web".to_string(),

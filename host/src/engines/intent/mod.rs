@@ -12,6 +12,7 @@
 //! through `finishing` / `cancelling` and a durable `intent-terminal` checkpoint
 //! before they are exposed (`blocked_evidence_store` when that commit fails).
 
+mod agent;
 mod provider;
 mod schema;
 
@@ -52,7 +53,12 @@ pub fn discovery_narrowing(providers: &[(String, IntentProvider)]) -> crate::reg
     let variants = providers
         .iter()
         .flat_map(|(_, p)| {
-            p.actions.iter().map(|a| crate::registry::NarrowingVariant { platform: p.platform.clone(), provider: p.provider.clone(), action: a.action.clone(), schema: a.schema.clone() })
+            p.actions.iter().map(|a| crate::registry::NarrowingVariant {
+                platform: p.platform.clone(),
+                provider: p.provider.clone(),
+                action: a.action.clone(),
+                schema: action_schema_with_provider(&a.schema, &p.provider),
+            })
         })
         .collect();
     crate::registry::FieldNarrowing {
@@ -62,6 +68,16 @@ pub fn discovery_narrowing(providers: &[(String, IntentProvider)]) -> crate::reg
         provider_pointer: Some("/properties/decision/properties/provider".into()),
         variants,
     }
+}
+
+/// A provider's declared action schema as the public `decision.action` sees it:
+/// seed 002 lets an action name its provider inside it (`{provider:"h5", action, ...}`).
+fn action_schema_with_provider(schema: &Value, provider: &str) -> Value {
+    let mut s = schema.clone();
+    if let Some(Value::Object(props)) = s.get_mut("properties") {
+        props.insert("provider".into(), json!({"const": provider, "description": "Optional: the provider of the committed observation"}));
+    }
+    s
 }
 
 /// Per-runtime engine state (operations and their tasks).
@@ -83,6 +99,9 @@ struct Op {
     done: tokio_util::sync::CancellationToken,
     /// Autonomous mode: the frozen, syntax-checked agent module.
     agent: Option<aab_extract::PreparedScript>,
+    /// Autonomous mode: the live agent child (one per operation, `decide(signal)`
+    /// per turn); gone after pause, cancel or the end, started again on resume.
+    agent_child: tokio::sync::Mutex<Option<agent::AgentChild>>,
     st: Mutex<St>,
 }
 
@@ -127,8 +146,15 @@ struct St {
     capture: Value,
     paused_from: Option<String>,
     budget: Option<Budget>,
+    /// The current action (host action id, as providers see it) and the stream
+    /// watermarks from just before it: the lower bound of its capture window.
+    action_window: Option<(String, Map<String, Value>)>,
+    /// Intent action id (`<operationId>:<decisionId>`) → host action id.
+    host_actions: HashMap<String, String>,
     /// Agent turn generation: a reply is accepted only for the current turn.
     turn: u64,
+    /// Fired (and replaced) on pause / cancel / the end: abandons the turn in flight.
+    agent_abort: tokio_util::sync::CancellationToken,
 }
 
 impl St {
@@ -305,12 +331,18 @@ async fn start(host: &Arc<ExecutionHost>, args: &Value, cwd: &str) -> Result<Val
         return Err(CommandError::new("observation_target_unsupported", format!("provider `{}` takes no observationTarget", provider.provider)).with_field("observationTarget"));
     }
     let require = args.get("require").cloned().unwrap_or(Value::Null);
+    let mut watermarks = Map::new();
     for s in require.get("streams").and_then(Value::as_array).into_iter().flatten() {
         let name = s.as_str().unwrap_or_default();
         if !provider.streams.iter().any(|d| d.stream == name) {
             return Err(CommandError::new("intent_stream_unsupported", format!("provider `{}` offers no capture stream `{name}`", provider.provider)).with_field("require.streams"));
         }
+        // `factCursor`: the first window resumes from it.
+        if let Some(c) = require.get("factCursor") {
+            watermarks.insert(name.into(), c.clone());
+        }
     }
+    check_require(&require, &target)?;
     let (agent, budget) = if autonomous { prepare_agent(args, cwd, &provider).await.map(|(a, b)| (Some(a), Some(b)))? } else { (None, None) };
     let op_id = text(args, "operationId").map(str::to_string).unwrap_or_else(|| format!("intent-{}", crate::ids::uuid_v4()));
     let facts = host.facts.clone();
@@ -337,6 +369,13 @@ async fn start(host: &Arc<ExecutionHost>, args: &Value, cwd: &str) -> Result<Val
     if let Some(b) = &budget {
         lifetime = lifetime.min(b.max_duration_ms);
     }
+    // Autonomous: the agent child starts now and must export decide(signal).
+    let agent_child = match &agent {
+        Some(a) => Some(agent::AgentChild::spawn(a, std::path::Path::new(cwd), &op_id, &tokio_util::sync::CancellationToken::new()).await.map_err(|e| {
+            CommandError::new("agent_adapter_unavailable", format!("agentModule: {}", e.message)).with_field("agentModule").with_details(json!({"diagnostic": e.diagnostic}))
+        })?),
+        None => None,
+    };
     let started_at_ms = crate::ids::now_ms();
     let op = Arc::new(Op {
         id: op_id.clone(),
@@ -347,6 +386,7 @@ async fn start(host: &Arc<ExecutionHost>, args: &Value, cwd: &str) -> Result<Val
         work: tokio::sync::Mutex::new(()),
         done: tokio_util::sync::CancellationToken::new(),
         agent,
+        agent_child: tokio::sync::Mutex::new(agent_child),
         st: Mutex::new(St {
             status: "created".into(),
             revision: 0,
@@ -375,10 +415,13 @@ async fn start(host: &Arc<ExecutionHost>, args: &Value, cwd: &str) -> Result<Val
             terminal_evidence_id: None,
             pending: 0,
             require,
-            watermarks: Map::new(),
+            watermarks,
             capture: Value::Null,
             paused_from: None,
+            agent_abort: tokio_util::sync::CancellationToken::new(),
             budget,
+            action_window: None,
+            host_actions: HashMap::new(),
             turn: 0,
         }),
     });
@@ -425,6 +468,35 @@ async fn start(host: &Arc<ExecutionHost>, args: &Value, cwd: &str) -> Result<Val
     Ok(snap)
 }
 
+/// `require` rules the schema cannot express (docs/COMMAND_CONTRACT.md, Intent):
+/// history forbids window bounds; an action filter needs a lower watermark; a
+/// decision window reads the target's current runtime only.
+fn check_require(require: &Value, target: &Value) -> Result<(), CommandError> {
+    if require.is_null() {
+        return Ok(());
+    }
+    let history = require.get("view").and_then(Value::as_str) == Some("connected-history");
+    if history {
+        for f in ["factCursor", "afterActionId"] {
+            if require.get(f).is_some_and(|v| !v.is_null()) {
+                return Err(CommandError::invalid(format!("require.{f}"), format!("`require.{f}` bounds a decision window; view connected-history reads retained records and forbids it")));
+            }
+        }
+    }
+    if require.get("afterActionId").is_some_and(Value::is_string) && require.get("factCursor").is_none() {
+        return Err(CommandError::new("missing_argument", "an explicit `require.afterActionId` needs the lower watermark `require.factCursor`").with_field("require.factCursor"));
+    }
+    if !history
+        && let (Some(wanted), Some(current)) = (text(require, "runtimeEpoch"), text(target, "runtimeEpoch"))
+        && wanted != current
+    {
+        return Err(CommandError::new("runtime_epoch_stale", format!("require.runtimeEpoch `{wanted}` is not the target's current runtime `{current}`; a decision window reads the current runtime only"))
+            .with_field("require.runtimeEpoch")
+            .with_details(json!({"requested": wanted, "current": current})));
+    }
+    Ok(())
+}
+
 async fn expire(op: &Arc<Op>) {
     {
         let mut st = op.st.lock().expect("intent state");
@@ -446,14 +518,14 @@ async fn expire(op: &Arc<Op>) {
 /// `waiting_for_observation`.
 async fn observe(host: &Arc<ExecutionHost>, op: &Arc<Op>) -> Result<(), CommandError> {
     let t0 = Instant::now();
-    let (provider, target, require, watermarks, next_revision) = {
+    let (provider, target, require, watermarks, action_window, host_actions, next_revision) = {
         let mut st = op.st.lock().expect("intent state");
         st.status = "observing".into();
         st.event("observing", json!({}));
         st.pending += 1;
-        (st.provider.clone(), st.target.clone(), st.require.clone(), st.watermarks.clone(), st.revision + 1)
+        (st.provider.clone(), st.target.clone(), st.require.clone(), st.watermarks.clone(), st.action_window.clone(), st.host_actions.clone(), st.revision + 1)
     };
-    let sources = provider::Sources { target: &target, action: None, element: None, observation: None, require: None, watermark: None };
+    let sources = provider::Sources::new(&target);
     let arguments = provider::render(&provider.observe.arguments, &sources);
     let call = InternalCall { command: &provider.observe.command, arguments, cwd: op.cwd.clone(), deadline_cap: Some(op.deadline), cancel: Some(op.cancel.clone()), control: None };
     let result = host.call(call).await;
@@ -489,38 +561,64 @@ async fn observe(host: &Arc<ExecutionHost>, op: &Arc<Op>) -> Result<(), CommandE
             return Err(e);
         }
     };
-    // Capture streams (`require.streams`), each read once per observation.
+    // Capture streams (`require.streams`), each read per observation through its
+    // window (`require` semantics: docs/COMMAND_CONTRACT.md, Intent).
     let mut captures = Map::new();
     let mut capture_refs = Vec::new();
     let mut coverages = Vec::new();
     let mut new_watermarks = watermarks.clone();
     let ts = Instant::now();
+    let history_view = require.get("view").and_then(Value::as_str) == Some("connected-history");
+    let limit = require.get("limit").and_then(Value::as_u64).unwrap_or(schema::DEFAULT_REQUIRE_LIMIT) as usize;
     for s in require.get("streams").and_then(Value::as_array).into_iter().flatten() {
         let name = s.as_str().unwrap_or_default();
         let Some(decl) = provider.streams.iter().find(|d| d.stream == name) else { continue };
-        let history_view = require.get("view").and_then(Value::as_str) == Some("connected-history");
-        let wm = if history_view { None } else { watermarks.get(name) };
-        let sources = provider::Sources { target: &target, action: None, element: None, observation: Some(&observation), require: Some(&require), watermark: wm };
-        let arguments = provider::render(&decl.arguments, &sources);
-        let call = InternalCall { command: &decl.command, arguments, cwd: op.cwd.clone(), deadline_cap: Some(op.deadline), cancel: Some(op.cancel.clone()), control: None };
-        match host.call(call).await.map(|r| r.outcome) {
-            Ok(ExecOutcome::Json(v)) => {
-                let watermark = decl.watermark.as_deref().and_then(|p| v.pointer(p)).cloned().unwrap_or(Value::Null);
-                let coverage = decl.coverage.as_deref().and_then(|p| v.pointer(p)).and_then(Value::as_str).unwrap_or("unavailable").to_string();
+        // Lower bound: after an action, the watermark from before it (kept for every
+        // re-observation of that action, so a delayed record stays visible);
+        // otherwise the previous observation's (the first: `require.factCursor`).
+        let lower = if history_view {
+            None
+        } else {
+            match &action_window {
+                Some((_, at)) => at.get(name).filter(|v| !v.is_null()).cloned(),
+                None => watermarks.get(name).filter(|v| !v.is_null()).cloned(),
+            }
+        };
+        // `afterActionId`: omitted = the current action, null = every record of the
+        // window, a string = that action. An action filter needs the lower bound.
+        let after_action = match (history_view, &lower, require.get("afterActionId")) {
+            (true, _, _) | (_, None, _) | (_, _, Some(Value::Null)) => None,
+            (_, _, Some(Value::String(a))) => Some(host_actions.get(a).cloned().unwrap_or_else(|| a.clone())),
+            (_, _, _) => action_window.as_ref().map(|(id, _)| id.clone()),
+        };
+        let window = json!({"factCursor": lower, "afterActionId": after_action});
+        let sources = provider::Sources { observation: Some(&observation), require: Some(&require), watermark: lower.as_ref(), window: Some(&window), ..provider::Sources::new(&target) };
+        let base = provider::render(&decl.arguments, &sources);
+        // `require.timeoutMs` bounds the reads of one stream (never past the lifetime).
+        let deadline = match require.get("timeoutMs").and_then(Value::as_u64) {
+            Some(t) => op.deadline.min(Instant::now() + Duration::from_millis(t)),
+            None => op.deadline,
+        };
+        let read = read_stream(host, op, decl, &base, deadline, limit).await;
+        match read {
+            Ok(r) => {
+                let watermark = decl.watermark.as_deref().and_then(|p| r.value.pointer(p)).cloned().unwrap_or(Value::Null);
+                let mut coverage = decl.coverage.as_deref().and_then(|p| r.value.pointer(p)).and_then(Value::as_str).unwrap_or("unavailable").to_string();
+                if r.error.is_some() && coverage == "complete" {
+                    coverage = "partial".into();
+                }
                 if !watermark.is_null() {
                     new_watermarks.insert(name.into(), watermark.clone());
                 }
-                capture_refs.push(json!({"stream": name, "command": decl.command, "watermark": watermark, "previousWatermark": wm, "coverage": coverage}));
+                capture_refs.push(json!({"stream": name, "command": decl.command, "watermark": watermark, "previousWatermark": lower, "factCursor": lower,
+                                         "afterActionId": after_action, "coverage": coverage, "records": r.records, "pages": r.pages, "limit": limit,
+                                         "truncated": r.truncated, "error": r.error}));
                 coverages.push(coverage);
-                captures.insert(name.into(), v);
+                captures.insert(name.into(), r.value);
             }
-            Ok(ExecOutcome::Failed(e)) | Err(e) => {
+            Err(e) => {
                 coverages.push("unavailable".into());
-                capture_refs.push(json!({"stream": name, "coverage": "unavailable", "error": e.code, "field": e.field, "message": e.message}));
-            }
-            Ok(_) => {
-                coverages.push("unavailable".into());
-                capture_refs.push(json!({"stream": name, "coverage": "unavailable", "error": "capture_not_json"}));
+                capture_refs.push(json!({"stream": name, "coverage": "unavailable", "factCursor": lower, "afterActionId": after_action, "error": e.code, "field": e.field, "message": e.message}));
             }
         }
     }
@@ -566,7 +664,8 @@ async fn observe(host: &Arc<ExecutionHost>, op: &Arc<Op>) -> Result<(), CommandE
             st.observation = observation;
             st.summary = summary;
             st.watermarks = new_watermarks;
-            st.capture = if captures.is_empty() { Value::Null } else { json!({"coverage": coverage, "refs": capture_refs, "streams": captures}) };
+            // Failed reads are reported too (their refs carry the error).
+            st.capture = if capture_refs.is_empty() { Value::Null } else { json!({"coverage": coverage, "refs": capture_refs, "streams": captures}) };
             st.observation_failure = Value::Null;
             st.latest.insert("observation".into(), json!(obs_id));
             st.latest.insert("summary".into(), json!(sum_id));
@@ -587,6 +686,93 @@ async fn observe(host: &Arc<ExecutionHost>, op: &Arc<Op>) -> Result<(), CommandE
             Err(e)
         }
     }
+}
+
+/// One stream's read: its pages up to `limit` records.
+struct StreamRead {
+    /// The first page (its window and watermark), with every kept record.
+    value: Value,
+    records: usize,
+    pages: usize,
+    truncated: bool,
+    /// A later page that failed (the first page's failure is the `Err`).
+    error: Option<Value>,
+}
+
+/// Read one capture stream: the first page with `base`, then continuation pages
+/// (the stream's `next` template over the previous page) until `limit` records are
+/// kept, the window is exhausted, or the deadline passes. Records come from the
+/// declared `records` pointer; a stream that declares none is one page.
+async fn read_stream(host: &Arc<ExecutionHost>, op: &Arc<Op>, decl: &aab_plugin_api::protocol::IntentStream, base: &Map<String, Value>, deadline: Instant, limit: usize) -> Result<StreamRead, CommandError> {
+    const MAX_PAGES: usize = 256;
+    let mut args = base.clone();
+    let mut first: Option<Value> = None;
+    let mut kept: Vec<Value> = Vec::new();
+    let mut pages = 0;
+    let mut truncated = false;
+    let mut error = None;
+    loop {
+        let call = InternalCall { command: &decl.command, arguments: args.clone(), cwd: op.cwd.clone(), deadline_cap: Some(deadline), cancel: Some(op.cancel.clone()), control: None };
+        let page = match host.call(call).await.map(|r| r.outcome) {
+            Ok(ExecOutcome::Json(v)) => v,
+            Ok(ExecOutcome::Failed(e)) | Err(e) => {
+                if first.is_none() {
+                    return Err(e);
+                }
+                error = Some(json!({"error": e.code, "message": e.message, "page": pages + 1}));
+                truncated = true;
+                break;
+            }
+            Ok(_) => {
+                let e = CommandError::new("capture_not_json", format!("`{}` returned no JSON", decl.command));
+                if first.is_none() {
+                    return Err(e);
+                }
+                error = Some(json!({"error": e.code, "page": pages + 1}));
+                truncated = true;
+                break;
+            }
+        };
+        pages += 1;
+        let Some(ptr) = decl.records.as_deref() else {
+            first = Some(page);
+            break;
+        };
+        kept.extend(page.pointer(ptr).and_then(Value::as_array).cloned().unwrap_or_default());
+        let next = decl.next.as_ref().and_then(|t| provider::render_complete(t, &provider::Sources { page: Some(&page), ..provider::Sources::new(&Value::Null) }));
+        if first.is_none() {
+            first = Some(page);
+        }
+        if kept.len() >= limit {
+            truncated = kept.len() > limit || next.is_some();
+            kept.truncate(limit);
+            break;
+        }
+        match next {
+            Some(extra) if pages < MAX_PAGES => {
+                args = base.clone();
+                args.extend(extra);
+            }
+            Some(_) => {
+                truncated = true;
+                break;
+            }
+            None => break,
+        }
+    }
+    let mut value = first.unwrap_or(Value::Null);
+    let records = kept.len();
+    if let Some(ptr) = decl.records.as_deref() {
+        if let Some(slot) = value.pointer_mut(ptr) {
+            *slot = Value::Array(kept);
+        }
+        if let Value::Object(m) = &mut value {
+            m.insert("count".into(), json!(records));
+            m.insert("pages".into(), json!(pages));
+            m.insert("truncated".into(), json!(truncated));
+        }
+    }
+    Ok(StreamRead { value, records, pages, truncated, error })
 }
 
 async fn observe_op(host: &Arc<ExecutionHost>, args: &Value) -> Result<Value, CommandError> {
@@ -693,17 +879,40 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
         let ids: Vec<Value> = ["observation", "summary"].iter().filter_map(|k| st.latest.get(*k).cloned()).collect();
         (st.provider.clone(), st.observation.clone(), st.target.clone(), ids)
     };
-    if let Some(p) = text(&decision, "provider")
-        && p != provider.provider
+    // The provider may be named on the decision and/or inside the action (seed 002);
+    // both must agree with each other and with the committed observation.
+    let outer = text(&decision, "provider");
+    let inner = decision.get("action").and_then(|a| text(a, "provider"));
+    if let (Some(o), Some(i)) = (outer, inner)
+        && o != i
     {
         return Err(err_details(
-            CommandError::new("intent_provider_mismatch", format!("the committed observation is from provider `{}`, not `{p}`", provider.provider)).with_field("decision.provider"),
+            CommandError::invalid("decision.action.provider", format!("decision.provider `{o}` and decision.action.provider `{i}` name different providers"))
+                .with_details(json!({"decisionProvider": o, "actionProvider": i})),
             op,
         ));
     }
+    for (named, field) in [(outer, "decision.provider"), (inner, "decision.action.provider")] {
+        if let Some(p) = named
+            && p != provider.provider
+        {
+            return Err(err_details(
+                CommandError::new("intent_provider_mismatch", format!("the committed observation is from provider `{}`, not `{p}`", provider.provider)).with_field(field),
+                op,
+            ));
+        }
+    }
     let mut resolved: Option<(Value, &aab_plugin_api::protocol::IntentAction)> = None;
     let action = decision.get("action").cloned();
-    if let Some(action) = &action {
+    // What the provider's action schema and templates see: the action without the
+    // (already checked) provider name.
+    let action_only = action.clone().map(|mut a| {
+        if let Value::Object(m) = &mut a {
+            m.remove("provider");
+        }
+        a
+    });
+    if let Some(action) = &action_only {
         let name = text(action, "action").unwrap_or_default();
         let Some(decl) = provider.actions.iter().find(|a| a.action == name) else {
             let allowed: Vec<&str> = provider.actions.iter().map(|a| a.action.as_str()).collect();
@@ -784,11 +993,10 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
     let action_id = format!("{}:{decision_id}", op.id);
     let sources = provider::Sources {
         target: &target,
-        action: action.as_ref(),
+        action: action_only.as_ref(),
         element: (!element.is_null()).then_some(&element),
         observation: Some(&observation),
-        require: None,
-        watermark: None,
+        ..provider::Sources::new(&target)
     };
     let arguments = provider::render(&decl.arguments_template, &sources);
     let raw_tree_id = format!("{}:{based_on}", op.id);
@@ -842,6 +1050,15 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
         "rawTreeId": raw_tree_id, "basedOnEvidenceIds": [decision_eid], "parentFactId": marker_eid, "target": target,
         "revision": based_on, "command": decl.command, "hostActionId": host_action_id,
     });
+    if let Some(h) = &host_action_id
+        && dispatched != json!(false)
+    {
+        // This action's capture window starts at the watermarks observed before it.
+        let mut st = op.st.lock().expect("intent state");
+        let before = st.watermarks.clone();
+        st.action_window = Some((h.clone(), before));
+        st.host_actions.insert(action_id.clone(), h.clone());
+    }
     let tr = Instant::now();
     let receipt_saved = persist(&op.facts, &op.id, "action-receipt", receipt).await;
     let receipt_ms = ms(tr.elapsed());
@@ -854,7 +1071,7 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
         st.last_action = json!({
             "actionId": action_id, "receiptId": receipt_eid, "error": error.as_ref().map(|e| e.code.clone()), "ambiguous": ambiguous,
             "warnings": [], "foregroundObservations": [], "dispatched": dispatched, "mechanicalStatus": mechanical,
-            "command": decl.command, "action": decl.action,
+            "command": decl.command, "action": decl.action, "hostActionId": host_action_id,
         });
         st.timing("actionMs", action_ms);
         st.timing("receiptCommitMs", receipt_ms);
@@ -982,13 +1199,53 @@ fn spawn_agent(host: &Arc<ExecutionHost>, op: &Arc<Op>) {
     tokio::spawn(async move { agent_loop(host, op).await });
 }
 
-/// One agent call per turn, in a fresh child (aab-extract: own process group,
+/// One `decide` call in the operation's agent child, started first if it is not
+/// running (after a resume, a timeout or a crash). A fatal failure (timeout, exit,
+/// malformed frame, abandoned turn) kills and reaps the child.
+async fn agent_turn(op: &Arc<Op>, prepared: &aab_extract::PreparedScript, turn: u64, inputs: &Value, abort: &tokio_util::sync::CancellationToken) -> Result<Value, agent::AgentError> {
+    let mut slot = op.agent_child.lock().await;
+    if abort.is_cancelled() {
+        return Err(agent::AgentError { code: "agent_aborted".into(), message: "the turn was abandoned before it started".into(), fatal: true, diagnostic: None });
+    }
+    if slot.is_none() {
+        *slot = Some(agent::AgentChild::spawn(prepared, std::path::Path::new(&op.cwd), &op.id, abort).await?);
+    }
+    let child = slot.as_mut().expect("agent child");
+    let result = child.decide(turn, inputs, prepared.timeout(), abort).await;
+    if let Err(e) = &result
+        && e.fatal
+        && let Some(mut c) = slot.take()
+    {
+        c.kill().await;
+    }
+    result
+}
+
+/// Abandon any agent turn in flight and kill + reap the agent child (pause,
+/// cancel, every terminal outcome). Resolves once the process is gone.
+async fn kill_agent(op: &Op) {
+    if op.agent.is_none() {
+        return;
+    }
+    {
+        let mut st = op.st.lock().expect("intent state");
+        st.agent_abort.cancel();
+        st.agent_abort = tokio_util::sync::CancellationToken::new();
+    }
+    let mut slot = op.agent_child.lock().await;
+    if let Some(mut c) = slot.take() {
+        c.kill().await;
+    }
+}
+
+/// One agent call per turn, in the operation's persistent child (aab-extract: own process group,
 /// SIGKILLed at the per-turn timeout or after the reply, temp dir removed). The
 /// reply is validated exactly like a caller's `decide`; a malformed reply or an
 /// adapter failure leaves the Intent `waiting_for_decision` with the error
 /// recorded (no automatic re-ask); budget exhaustion → `intervention_required`.
 async fn agent_loop(host: Arc<ExecutionHost>, op: Arc<Op>) {
     let Some(agent) = op.agent.clone() else { return };
+    let agent = &agent;
     loop {
         let gate = {
             let mut st = op.st.lock().expect("intent state");
@@ -1005,15 +1262,16 @@ async fn agent_loop(host: Arc<ExecutionHost>, op: Arc<Op>) {
                 st.turn += 1;
                 st.status = "autonomous_deciding".into();
                 let (turn, calls) = (st.turn, st.agent_calls);
-                st.event("agent_call", json!({"turn": turn, "agentCalls": calls}));
+                let pid = op.agent_child.try_lock().ok().and_then(|c| c.as_ref().map(agent::AgentChild::pid));
+                st.event("agent_call", json!({"turn": turn, "agentCalls": calls, "agentPid": pid}));
                 let mut inputs = json!({"goal": st.goal, "revision": st.revision, "summary": st.summary, "evidenceId": st.latest.get("summary")});
                 if !st.capture.is_null() {
                     inputs["capture"] = st.capture.clone();
                 }
-                Ok((turn, inputs))
+                Ok((turn, inputs, st.agent_abort.clone()))
             }
         };
-        let (turn, inputs) = match gate {
+        let (turn, inputs, abort) = match gate {
             Ok(x) => x,
             Err((reason, details)) => {
                 let Ok(_guard) = op.work.try_lock() else { return };
@@ -1029,9 +1287,8 @@ async fn agent_loop(host: Arc<ExecutionHost>, op: Arc<Op>) {
                 return;
             }
         };
-        let script = agent.clone();
         let t0 = Instant::now();
-        let ran = tokio::task::spawn_blocking(move || aab_extract::run_timed(&script, &inputs)).await;
+        let ran = agent_turn(&op, agent, turn, &inputs, &abort).await;
         let agent_ms = ms(t0.elapsed());
         let guard = op.work.lock().await;
         let reply = {
@@ -1044,13 +1301,7 @@ async fn agent_loop(host: Arc<ExecutionHost>, op: Arc<Op>) {
                 return;
             }
             st.status = "waiting_for_decision".into();
-            match ran {
-                Ok(x) => match x.result {
-                    Ok(v) => Ok(v),
-                    Err(e) => Err(json!({"error": e.code, "message": e.message, "diagnostic": e.diagnostic})),
-                },
-                Err(e) => Err(json!({"error": "agent_adapter_failed", "message": e.to_string()})),
-            }
+            ran.map_err(|e| e.to_json())
         };
         let decision = match reply {
             Ok(v) => v,
@@ -1116,7 +1367,10 @@ async fn pause_resume(host: &Arc<ExecutionHost>, args: &Value, pause: bool) -> R
         }
     }
     drop(_guard);
-    if !pause {
+    if pause {
+        // The agent child does not outlive a pause; resume starts a new one.
+        kill_agent(&op).await;
+    } else {
         // Autonomous: resume obtains a new decision.
         spawn_agent(host, &op);
     }
@@ -1159,23 +1413,26 @@ async fn finish(op: &Arc<Op>, status: &str, error: Option<String>) {
         json!({"stepId": "intent-terminal", "revision": st.revision, "target": st.target, "payloadSummary": l})
     };
     let saved = persist(&op.facts, &op.id, "checkpoint", payload).await;
-    let mut st = op.st.lock().expect("intent state");
-    match saved {
-        Ok((eid, _)) => {
-            st.status = status.into();
-            st.terminal_evidence_id = Some(eid.clone());
-            st.latest.insert("checkpoint".into(), json!(eid));
-            st.event("terminal", json!({"terminalEvidenceId": eid, "error": error}));
+    {
+        let mut st = op.st.lock().expect("intent state");
+        match saved {
+            Ok((eid, _)) => {
+                st.status = status.into();
+                st.terminal_evidence_id = Some(eid.clone());
+                st.latest.insert("checkpoint".into(), json!(eid));
+                st.event("terminal", json!({"terminalEvidenceId": eid, "error": error}));
+            }
+            Err(e) => {
+                st.status = "blocked_evidence_store".into();
+                st.error = Some(e.code.clone());
+                st.event("terminal_persistence_failed", json!({"error": e.code}));
+            }
         }
-        Err(e) => {
-            st.status = "blocked_evidence_store".into();
-            st.error = Some(e.code.clone());
-            st.event("terminal_persistence_failed", json!({"error": e.code}));
-        }
+        let lifetime = crate::ids::now_ms().saturating_sub(st.started_at_ms);
+        st.timing("lifetimeMs", lifetime);
     }
-    let lifetime = crate::ids::now_ms().saturating_sub(st.started_at_ms);
-    st.timing("lifetimeMs", lifetime);
     op.done.cancel();
+    kill_agent(op).await;
 }
 
 // ------------------------------------------------------------------ status / history / recovery

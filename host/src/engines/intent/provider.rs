@@ -15,9 +15,25 @@ pub struct Sources<'a> {
     pub observation: Option<&'a Value>,
     pub require: Option<&'a Value>,
     pub watermark: Option<&'a Value>,
+    /// The capture window the engine resolved for one stream read
+    /// (`factCursor`, `afterActionId`), see `require` in docs/COMMAND_CONTRACT.md.
+    pub window: Option<&'a Value>,
+    /// The previous page of a paged stream read (continuation templates).
+    pub page: Option<&'a Value>,
 }
 
+impl<'a> Sources<'a> {
+    pub fn new(target: &'a Value) -> Sources<'a> {
+        Sources { target, action: None, element: None, observation: None, require: None, watermark: None, window: None, page: None }
+    }
+}
+
+/// `${a.b|c.d}`: the first alternative that has a value.
 fn lookup(sources: &Sources<'_>, path: &str) -> Option<Value> {
+    path.split('|').find_map(|alt| lookup_one(sources, alt.trim()))
+}
+
+fn lookup_one(sources: &Sources<'_>, path: &str) -> Option<Value> {
     let mut parts = path.split('.');
     let root = parts.next()?;
     let mut cur: Value = match root {
@@ -27,6 +43,8 @@ fn lookup(sources: &Sources<'_>, path: &str) -> Option<Value> {
         "observation" => sources.observation?.clone(),
         "require" => sources.require?.clone(),
         "watermark" => return sources.watermark.filter(|v| !v.is_null()).cloned(),
+        "window" => sources.window?.clone(),
+        "page" => sources.page?.clone(),
         _ => return None,
     };
     for p in parts {
@@ -48,6 +66,15 @@ fn render_value(template: &Value, sources: &Sources<'_>) -> Option<Value> {
         }
         Value::Array(a) => a.iter().map(|v| render_value(v, sources)).collect::<Option<Vec<_>>>().map(Value::Array),
         other => Some(other.clone()),
+    }
+}
+
+/// Render a template only if every placeholder has a value (a continuation is
+/// taken only when the previous page names all of it).
+pub fn render_complete(template: &Value, sources: &Sources<'_>) -> Option<Map<String, Value>> {
+    match render_value(template, sources)? {
+        Value::Object(m) if !m.is_empty() => Some(m),
+        _ => None,
     }
 }
 

@@ -12,16 +12,17 @@ pub const DEFAULT_MAX_ACTIONS: u64 = 30;
 pub const DEFAULT_MAX_AGENT_CALLS: u64 = 30;
 pub const DEFAULT_MAX_DURATION_MS: u64 = 120_000;
 pub const DEFAULT_AGENT_TURN_MS: u64 = 5000;
+pub const DEFAULT_REQUIRE_LIMIT: u64 = 200;
 
 fn agent_module() -> Value {
     json!({
         "type": "object", "additionalProperties": false, "required": ["language"],
-        "description": "Autonomous agent: a `main(ctx)` run in a fresh node/python3 child per decision turn; ctx.inputs = {goal, revision, summary, evidenceId, capture?}; returns a decision object (the `decide` shape)",
+        "description": "Autonomous agent module exporting `decide(signal)` (JavaScript: `exports.decide`, `module.exports = fn` or a top-level `function decide`; Python: a top-level `def decide`). One persistent node/python3 child per Intent loads it at start and is called once per decision turn with {goal, revision, summary, evidenceId, capture?, signal}; it returns a decision object (the `decide` shape). The child is killed on pause, cancel and at the end (resume starts a new one).",
         "properties": {
             "language": {"type": "string", "enum": ["javascript", "python"]},
             "source": {"type": "string", "minLength": 1, "maxLength": 65536},
             "sourcePath": text(4096, "Agent source file (resolved against the caller's cwd, read at start)"),
-            "timeoutMs": {"type": "integer", "minimum": 1, "maximum": 10000, "default": DEFAULT_AGENT_TURN_MS, "description": "Per-turn timeout; the child is killed at it"}
+            "timeoutMs": {"type": "integer", "minimum": 1, "maximum": 10000, "default": DEFAULT_AGENT_TURN_MS, "description": "Per-turn timeout; the agent child is killed at it (the next turn starts a new one)"}
         },
         "oneOf": [{"required": ["source"]}, {"required": ["sourcePath"]}]
     })
@@ -51,8 +52,8 @@ pub(super) fn decision() -> Value {
             "provider": {"type": "string", "enum": ["native", "uia", "flutter", "h5"], "description": "Optional: must equal the committed observation's provider"},
             "action": {
                 "type": "object", "required": ["action"],
-                "description": "Provider action, e.g. {action:\"tap\", selector:{elementId:\"e3\"}} (Web h5: tap, inputText, pressKey, scroll, scrollBy). The target element must be one of the committed observation.",
-                "properties": {"action": {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9]{0,63}$"}}
+                "description": "Provider action, e.g. {action:\"tap\", selector:{elementId:\"e3\"}} (Web h5: tap, inputText, pressKey, scroll, scrollBy). The target element must be one of the committed observation. `provider` may be named here (or on the decision); it must be the committed observation's provider.",
+                "properties": {"action": {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9]{0,63}$"}, "provider": {"type": "string", "enum": ["native", "uia", "flutter", "h5"]}}
             },
             "reason": text(4096, "Why (recorded with the decision)")
         },
@@ -69,7 +70,13 @@ fn require() -> Value {
         "properties": {
             "streams": {"type": "array", "minItems": 1, "uniqueItems": true, "items": {"type": "string", "enum": ["logs", "network", "state", "events"]}},
             "view": {"type": "string", "enum": ["decision-window", "connected-history"], "default": "decision-window"},
-            "sinceMs": {"type": "integer", "minimum": 0, "maximum": 9007199254740991u64}
+            "sinceMs": {"type": "integer", "minimum": 0, "maximum": 9007199254740991u64, "description": "Only records captured at or after this Unix time (ms)"},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": DEFAULT_REQUIRE_LIMIT, "description": "Records kept per stream per observation (pages are read until it is reached)"},
+            "timeoutMs": {"type": "integer", "minimum": 1, "maximum": MAX_LIFETIME_MS, "description": "Bound on each stream's reads per observation (never past the Intent lifetime); a stream not read in time has coverage unavailable"},
+            "runtimeEpoch": {"type": "string", "minLength": 1, "maxLength": 256, "description": "The app runtime the decision window reads; one that is not the target's current runtime is rejected (runtime_epoch_stale)"},
+            "afterActionId": {"anyOf": [{"type": "string", "minLength": 1, "maxLength": 1024}, {"type": "null"}],
+                              "description": "Omitted selects the current action; explicit null retains all records in the observed window without claiming causal attribution; a string selects that action (an Intent actionId or a host action id; needs factCursor)"},
+            "factCursor": {"type": "string", "minLength": 1, "maxLength": 1024, "description": "Lower watermark of the first window (a watermarkCursor returned earlier); later windows continue from the committed watermarks"}
         }
     })
 }
