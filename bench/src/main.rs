@@ -27,6 +27,7 @@ struct Env {
     _dir: tempfile::TempDir,
     root: PathBuf,
     aab: PathBuf,
+    extra: Vec<(&'static str, &'static str)>,
 }
 
 impl Env {
@@ -39,6 +40,9 @@ impl Env {
             .env("AI_APP_BRIDGE_PLUGIN_DIR", self.root.join("plugins"))
             .env("AI_APP_BRIDGE_DEVICE_OWNERSHIP_DIR", self.root.join("ownership"))
             .current_dir(&self.root);
+        for (k, v) in &self.extra {
+            c.env(k, v);
+        }
         c
     }
 
@@ -133,7 +137,7 @@ fn try_main() -> Result<(), String> {
         return Err(format!("{} not found: build with --all-targets / the fixture crate", fixture.display()));
     }
     copy_plugin(&fixture, &root.join("plugins"), "fixture")?;
-    let env = Env { _dir: dir, root: root.clone(), aab };
+    let env = Env { _dir: dir, root: root.clone(), aab: aab.clone(), extra: Vec::new() };
     let mut figures = Vec::new();
 
     // Plugin load time (the host's own loader: version preflight + layout check + manifest).
@@ -200,6 +204,73 @@ fn try_main() -> Result<(), String> {
     let busy_rss = rss_kib(pid).unwrap_or(0);
     println!("{:<58} {} KiB", "runtime RSS after the run", busy_rss);
     env.run(&["runtime", "--operation", "stop"])?;
+    figures.extend(isolation_figures(&bin_dir, &aab, calls)?);
     println!("{}", json!({"figures": figures, "idleRssKiB": idle_rss, "afterRssKiB": busy_rss, "toolsListBytes": tools_bytes}));
     Ok(())
+}
+
+/// Process isolation: the same plugin command over MCP with the fixture plugin in an
+/// `aab plugin-host` child, and the child's restart after a crash (the `crashing`
+/// fixture segfaults; the next call starts a new child). A separate runtime with only
+/// the two fixture plugins, both isolated through the environment override.
+fn isolation_figures(bin_dir: &Path, aab: &Path, calls: usize) -> Result<Vec<Value>, String> {
+    let crashing = bin_dir.join("libaab_fixture_crashing.so");
+    if !crashing.exists() {
+        return Err(format!("{} not found: build the crashing fixture crate", crashing.display()));
+    }
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let root = dir.path().to_path_buf();
+    for d in ["home", "runtimes", "facts", "plugins", "ownership"] {
+        std::fs::create_dir_all(root.join(d)).map_err(|e| e.to_string())?;
+    }
+    copy_plugin(&bin_dir.join("libaab_fixture_fixture.so"), &root.join("plugins"), "fixture")?;
+    copy_plugin(&crashing, &root.join("plugins"), "crashing")?;
+    let env = Env { _dir: dir, root, aab: aab.to_path_buf(), extra: vec![("AI_APP_BRIDGE_PLUGIN_ISOLATION", "process")] };
+    env.run(&["runtime", "--operation", "start"])?;
+    let mut figures = Vec::new();
+    let mut mcp = Mcp::start(&env)?;
+    let run = |mcp: &mut Mcp, args: &Value| -> Result<(Value, Duration), String> {
+        let t = Instant::now();
+        let (reply, _) = mcp.request("tools/call", json!({"name": "run", "arguments": args}))?;
+        Ok((reply, t.elapsed()))
+    };
+    let echo = json!({"command": "fixture-echo", "arguments": {"message": "hi"}, "extract": null});
+    run(&mut mcp, &echo)?;
+    let mut samples = Vec::with_capacity(calls);
+    for _ in 0..calls {
+        let (reply, took) = run(&mut mcp, &echo)?;
+        if reply.pointer("/result/isError") != Some(&json!(false)) {
+            return Err(format!("isolated fixture-echo: {reply}"));
+        }
+        samples.push(took);
+    }
+    figures.push(stats("MCP run `fixture-echo`, plugin process-isolated", samples));
+
+    // Restart after a crash: the call after a segfault pays for a new child.
+    let crash = json!({"command": "crash", "arguments": {"mode": "segfault", "device": "bench-crash"}, "extract": null});
+    let ok = json!({"command": "crash", "arguments": {"mode": "ok", "device": "bench-crash"}, "extract": null});
+    let (mut first_calls, mut warm_calls, mut spawn) = (Vec::new(), Vec::new(), Vec::new());
+    let rounds = (calls / 10).max(10);
+    for _ in 0..rounds {
+        let (reply, _) = run(&mut mcp, &crash)?;
+        if !reply.to_string().contains("plugin_crashed") {
+            return Err(format!("crash: {reply}"));
+        }
+        let (reply, took) = run(&mut mcp, &ok)?;
+        if reply.pointer("/result/isError") != Some(&json!(false)) {
+            return Err(format!("crash ok after the crash: {reply}"));
+        }
+        first_calls.push(took);
+        warm_calls.push(run(&mut mcp, &ok)?.1);
+        let status = env.run(&["runtime", "--operation", "status"])?;
+        let plugins = status.pointer("/value/plugins").and_then(Value::as_array).cloned().unwrap_or_default();
+        let us = plugins.iter().find(|p| p.get("name") == Some(&json!("crashing"))).and_then(|p| p.pointer("/process/lastStartUs")).and_then(Value::as_u64).unwrap_or(0);
+        spawn.push(Duration::from_micros(us));
+    }
+    figures.push(stats("plugin child start (spawn + checks + manifest), after a crash", spawn));
+    figures.push(stats("MCP run, first call after a crash (includes the restart)", first_calls));
+    figures.push(stats("MCP run, next call on the restarted child", warm_calls));
+    drop(mcp);
+    env.run(&["runtime", "--operation", "stop"])?;
+    Ok(figures)
 }

@@ -142,3 +142,40 @@ fn in_process_stays_the_default() {
     assert_eq!(process.get("isolation"), Some(&json!("in-process")), "{process}");
     assert_eq!(crash_ok(&env, "dev-x") as u64, runtime_pid, "an in-process plugin runs in the runtime");
 }
+
+/// A running call's cancellation is relayed to the child: the isolated `fixture-sleep`
+/// stops at the flag (without the relay it would sleep its 20 s out and succeed
+/// within its 60 s deadline), before its mark, so the device is left idle.
+#[test]
+fn cancellation_reaches_an_isolated_plugin() {
+    let env = TestEnv::new();
+    env.install_fixtures();
+    env.set_env("AI_APP_BRIDGE_PLUGIN_ISOLATION", "fixture=process");
+    env.aab_ok(&["runtime", "--operation", "start"]);
+    let serial = "iso-cancel";
+    let run = std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            env.aab(&["fixture-sleep", "--duration-ms", "20000", "--device", serial, "--lane", serial, "--request-id", "iso-1", "--timeout-ms", "60000"])
+        });
+        // The pending action is durable before the plugin is called.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !std::fs::read_to_string(env.journal_path(serial)).is_ok_and(|j| j.contains("\"actionId\"")) {
+            assert!(std::time::Instant::now() < deadline, "no pending action\n{}", env.report(None));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        let cancel = env.aab(&["runtime", "--operation", "cancel", "--cancel-request-id", "iso-1"]);
+        let body = env.expect_ok(&cancel, "runtime cancel");
+        env.check(body.pointer("/value/cancelled") == Some(&json!(1)), &cancel, "one request cancelled");
+        h.join().unwrap()
+    });
+    expect_failure(&env, &run, "cancelled", false, "an isolated call cancelled before its mark");
+    let (_, process) = {
+        let body = env.aab_ok(&["runtime", "--operation", "status"]);
+        let plugins = body.pointer("/value/plugins").and_then(Value::as_array).cloned().unwrap_or_default();
+        let fixture = plugins.iter().find(|p| p.get("name") == Some(&json!("fixture"))).cloned().unwrap_or(Value::Null);
+        ((), fixture.get("process").cloned().unwrap_or(Value::Null))
+    };
+    assert_eq!(process.get("isolation"), Some(&json!("process")), "{process}");
+    assert_eq!(process.get("restarts"), Some(&json!(0)), "a cancelled call does not cost the child: {process}");
+}

@@ -11,8 +11,9 @@
 //!
 //! Choice, per plugin, keyed by the name in the file name (`libaab_plugin_<name>.so`
 //! → `<name>`, known before any plugin code runs), last one wins:
-//! 1. `aab-plugins.json` in the plugin directory: `{"isolation": {"<name>": "process", "*": "in-process"}}`;
-//! 2. `AI_APP_BRIDGE_PLUGIN_ISOLATION`: `process` / `in-process` (every plugin) or
+//! 1. the bundle manifest: `"isolation": "process"` on a plugin's entry in `aab-bundle.json`;
+//! 2. `aab-plugins.json` in the plugin directory: `{"isolation": {"<name>": "process", "*": "in-process"}}`;
+//! 3. `AI_APP_BRIDGE_PLUGIN_ISOLATION`: `process` / `in-process` (every plugin) or
 //!    `name=process,other=in-process`.
 //!
 //! Wire: one JSON object per line. child → host: `ready{manifest}` | `refused{error}`,
@@ -50,6 +51,8 @@ const POLL: Duration = Duration::from_millis(5);
 /// then it is killed (shorter than the pipeline's cancel grace, so the call's
 /// thread returns and the child is gone before the reply is written).
 const KILL_AFTER_DEADLINE: Duration = Duration::from_millis(100);
+/// How long a child may take to load the plugin and report its manifest.
+const MANIFEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Isolation {
@@ -84,9 +87,32 @@ pub struct IsolationPolicy {
 
 impl IsolationPolicy {
     pub fn read(plugin_dir: &Path) -> IsolationPolicy {
+        let bundle = std::fs::read_to_string(plugin_dir.join(super::BUNDLE_MANIFEST)).ok();
+        let file = std::fs::read_to_string(plugin_dir.join(ISOLATION_FILE)).ok();
+        let env = std::env::var(ISOLATION_ENV).ok();
+        IsolationPolicy::from_sources(bundle.as_deref(), file.as_deref(), env.as_deref())
+    }
+
+    /// The policy from the three sources' texts, lowest precedence first.
+    pub fn from_sources(bundle: Option<&str>, file: Option<&str>, env: Option<&str>) -> IsolationPolicy {
         let mut policy = IsolationPolicy::default();
-        if let Ok(text) = std::fs::read_to_string(plugin_dir.join(ISOLATION_FILE)) {
-            match serde_json::from_str::<Value>(&text) {
+        // A packager's choice: `"isolation": "process"` on a bundle entry (read raw, so
+        // the bundle format itself is untouched; the entry's file names the plugin).
+        if let Some(text) = bundle
+            && let Ok(bundle) = serde_json::from_str::<Value>(text)
+        {
+            for entry in bundle.get("plugins").and_then(Value::as_array).into_iter().flatten() {
+                let (Some(file), Some(mode)) = (entry.get("file").and_then(Value::as_str), entry.get("isolation").and_then(Value::as_str)) else { continue };
+                match Isolation::parse(mode) {
+                    Some(m) => {
+                        policy.by_name.insert(file_plugin_name(Path::new(file)).to_string(), m);
+                    }
+                    None => policy.problem = Some(format!("{}: isolation of `{file}` must be \"in-process\" or \"process\"", super::BUNDLE_MANIFEST)),
+                }
+            }
+        }
+        if let Some(text) = file {
+            match serde_json::from_str::<Value>(text) {
                 Ok(v) => {
                     for (name, mode) in v.get("isolation").and_then(Value::as_object).into_iter().flatten() {
                         match mode.as_str().and_then(Isolation::parse) {
@@ -101,7 +127,7 @@ impl IsolationPolicy {
                 Err(e) => policy.problem = Some(format!("{ISOLATION_FILE} is not JSON: {e}")),
             }
         }
-        if let Ok(env) = std::env::var(ISOLATION_ENV) {
+        if let Some(env) = env {
             for item in env.split(',').map(str::trim).filter(|s| !s.is_empty()) {
                 match item.split_once('=') {
                     None => match Isolation::parse(item) {
@@ -253,10 +279,32 @@ impl ChildPlugin {
         let pid = child.id();
         let stdin = child.stdin.take().expect("piped stdin");
         let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-        let mut first = String::new();
-        let hello: Value = match stdout.read_line(&mut first) {
-            Ok(n) if n > 0 => serde_json::from_str(&first).unwrap_or(Value::Null),
-            _ => Value::Null,
+        // The relay thread reads the hello line first, so a plugin that never builds its
+        // manifest cannot hang the runtime's start: it is killed after MANIFEST_TIMEOUT.
+        let (hello_tx, hello_rx) = mpsc::channel::<Value>();
+        let (conn_tx, conn_rx) = mpsc::channel::<Arc<Connection>>();
+        let thread_name = format!("aab-plugin-host-{}", self.name);
+        std::thread::Builder::new()
+            .name(thread_name)
+            .spawn(move || {
+                let mut first = String::new();
+                let hello = match stdout.read_line(&mut first) {
+                    Ok(n) if n > 0 => serde_json::from_str(&first).unwrap_or(Value::Null),
+                    _ => Value::Null,
+                };
+                let _ = hello_tx.send(hello);
+                if let Ok(connection) = conn_rx.recv() {
+                    read_frames(connection, stdout);
+                }
+            })
+            .map_err(|e| ("plugin_load_failed", format!("cannot start the relay thread: {e}")))?;
+        let hello = match hello_rx.recv_timeout(MANIFEST_TIMEOUT) {
+            Ok(v) => v,
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(("plugin_load_failed", format!("the plugin host process did not report the manifest within {} s; killed", MANIFEST_TIMEOUT.as_secs())));
+            }
         };
         let manifest = match hello.get("t").and_then(Value::as_str) {
             Some("ready") => serde_json::from_value::<Manifest>(hello["manifest"].clone()).map_err(|e| ("plugin_manifest_invalid", format!("manifest shape: {e}"))),
@@ -286,12 +334,7 @@ impl ChildPlugin {
             ended: Mutex::new(None),
             next_id: AtomicU64::new(1),
         });
-        let reader = Arc::clone(&connection);
-        let thread_name = format!("aab-plugin-host-{}", self.name);
-        std::thread::Builder::new()
-            .name(thread_name)
-            .spawn(move || read_frames(reader, stdout))
-            .map_err(|e| ("plugin_load_failed", format!("cannot start the relay thread: {e}")))?;
+        let _ = conn_tx.send(Arc::clone(&connection));
         self.last_start_us.store(started.elapsed().as_micros() as u64, Ordering::SeqCst);
         Ok((connection, manifest))
     }
@@ -617,5 +660,51 @@ pub fn serve_child(copy: &Path, sha: &str) -> i32 {
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mode(policy: &IsolationPolicy, name: &str) -> Isolation {
+        policy.mode_of(Path::new(&format!("/p/{}aab_plugin_{name}{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX)))
+    }
+
+    #[test]
+    fn in_process_is_the_default() {
+        let p = IsolationPolicy::from_sources(None, None, None);
+        assert_eq!(mode(&p, "web"), Isolation::InProcess);
+        assert!(p.problem.is_none());
+    }
+
+    #[test]
+    fn bundle_then_file_then_environment() {
+        let bundle = r#"{"plugins": [{"file": "libaab_plugin_a.so", "isolation": "process"}, {"file": "libaab_plugin_b.so", "isolation": "process"}, {"file": "libaab_plugin_c.so"}]}"#;
+        let file = r#"{"isolation": {"b": "in-process", "c": "process"}}"#;
+        let p = IsolationPolicy::from_sources(Some(bundle), Some(file), None);
+        assert_eq!((mode(&p, "a"), mode(&p, "b"), mode(&p, "c"), mode(&p, "d")), (Isolation::Process, Isolation::InProcess, Isolation::Process, Isolation::InProcess));
+        let p = IsolationPolicy::from_sources(Some(bundle), Some(file), Some("c=in-process, d=process"));
+        assert_eq!((mode(&p, "a"), mode(&p, "c"), mode(&p, "d")), (Isolation::Process, Isolation::InProcess, Isolation::Process));
+        // A bare mode in the environment applies to every plugin.
+        let p = IsolationPolicy::from_sources(Some(bundle), Some(file), Some("in-process"));
+        assert_eq!((mode(&p, "a"), mode(&p, "c")), (Isolation::InProcess, Isolation::InProcess));
+        let p = IsolationPolicy::from_sources(None, Some(r#"{"isolation": {"*": "process", "web": "in-process"}}"#), None);
+        assert_eq!((mode(&p, "x"), mode(&p, "web")), (Isolation::Process, Isolation::InProcess));
+    }
+
+    #[test]
+    fn bad_configuration_is_reported_and_ignored() {
+        let p = IsolationPolicy::from_sources(None, Some(r#"{"isolation": {"a": "sandbox"}}"#), None);
+        assert_eq!(mode(&p, "a"), Isolation::InProcess);
+        assert!(p.problem.as_deref().is_some_and(|m| m.contains("`a`")), "{:?}", p.problem);
+        let p = IsolationPolicy::from_sources(None, Some("not json"), Some("weird"));
+        assert!(p.problem.is_some());
+    }
+
+    #[test]
+    fn the_file_name_names_the_plugin() {
+        let f = format!("{}aab_plugin_my_provider{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX);
+        assert_eq!(file_plugin_name(Path::new(&f)), "my_provider");
     }
 }

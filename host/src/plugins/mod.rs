@@ -177,6 +177,13 @@ impl Catalog {
                         schemas_known_good = cached.get("schemasCompiled") == Some(&Value::Bool(true));
                         manifest_from_cache(&file, cached)
                     }
+                    // An isolated plugin's code never runs in the client either: a
+                    // short-lived child reports the manifest.
+                    None if isolation.mode_of(&file) == Isolation::Process => {
+                        let loaded = private_copy(&file, &sha, config).and_then(|copy| isolation::ChildPlugin::start(&file, &copy, &sha)).map(|started| started.manifest);
+                        cache.set_manifest(&file, &sha, manifest_to_cache(&loaded));
+                        loaded
+                    }
                     None => {
                         let loaded = load_manifest(&file, &sha, config).map(|(m, _)| m);
                         cache.set_manifest(&file, &sha, manifest_to_cache(&loaded));
@@ -322,7 +329,15 @@ pub fn list_report() -> PublicReply {
     };
     let mut cache = DigestCache::open(config.runtime_home.join("digest-cache.json"));
     let catalog = Catalog::build(&config, &mut cache, LoadMode::Load);
-    let plugins: Vec<Value> = catalog.reports.iter().map(|r| r.to_json(&catalog.registry)).collect();
+    let plugins: Vec<Value> = catalog
+        .reports
+        .iter()
+        .map(|r| {
+            let mut v = r.to_json(&catalog.registry);
+            v["isolation"] = json!(catalog.isolation.mode_of(&r.file).as_str());
+            v
+        })
+        .collect();
     let refused = catalog.reports.iter().filter(|r| r.error.is_some()).count();
     let value = json!({
         "ok": true,
@@ -331,6 +346,7 @@ pub fn list_report() -> PublicReply {
         "pluginDir": config.plugin_dir.display().to_string(),
         "bundle": config.plugin_dir.join(BUNDLE_MANIFEST).exists(),
         "pluginDirError": catalog.registry.missing_commands_cause().map(CommandError::to_json),
+        "isolationError": catalog.isolation.problem,
         "plugins": plugins,
         "loaded": catalog.reports.len() - refused,
         "refused": refused,
