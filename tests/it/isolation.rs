@@ -179,3 +179,24 @@ fn cancellation_reaches_an_isolated_plugin() {
     assert_eq!(process.get("isolation"), Some(&json!("process")), "{process}");
     assert_eq!(process.get("restarts"), Some(&json!(0)), "a cancelled call does not cost the child: {process}");
 }
+
+/// Host services, outcome kinds and provider errors travel through the relay
+/// unchanged: an isolated plugin answers like an in-process one.
+#[test]
+fn an_isolated_plugin_answers_like_an_in_process_one() {
+    let env = TestEnv::new();
+    env.install_fixtures();
+    env.set_env("AI_APP_BRIDGE_PLUGIN_ISOLATION", "process");
+    let echo = env.aab_ok(&["fixture-host", "--method", "host.echo", "--params", r#"{"x": 1}"#]);
+    assert_eq!(echo.pointer("/value/result/params/x"), Some(&json!(1)), "{echo}");
+    let info = env.aab_ok(&["fixture-host", "--method", "host.info"]);
+    assert_eq!(info.pointer("/value/result/plugin"), Some(&json!("fixture")), "{info}");
+    assert!(info.pointer("/value/result/dataDir").and_then(Value::as_str).is_some_and(|d| d.ends_with("fixture")), "{info}");
+    let run = env.aab(&["fixture-host", "--method", "fixture.nothing"]);
+    expect_failure(&env, &run, "unsupported_host_service", false, "an unknown host service through the relay");
+    let text = env.aab_ok(&["fixture-text", "--text", "hello"]);
+    assert_eq!(text.get("kind"), Some(&json!("text")), "{text}");
+    let body = env.aab_ok(&["runtime", "--operation", "status"]);
+    let plugins = body.pointer("/value/plugins").and_then(Value::as_array).cloned().unwrap_or_default();
+    assert!(plugins.iter().filter(|p| p.get("status") == Some(&json!("loaded"))).all(|p| p.pointer("/process/isolation") == Some(&json!("process"))), "{body}");
+}
