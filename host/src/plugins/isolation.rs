@@ -535,6 +535,8 @@ fn leak_code(code: &str) -> &'static str {
 // ---------------------------------------------------------------------------
 
 type FrameOut = Arc<Mutex<std::fs::File>>;
+/// Waiting host-service calls of the child by (call id, request id).
+type Replies = Arc<Mutex<HashMap<(u64, u64), Sender<Result<String, String>>>>>;
 
 fn emit(out: &FrameOut, frame: &Value) {
     let mut line = frame.to_string();
@@ -552,7 +554,7 @@ struct ChildCallbacks {
     deadline: Instant,
     cancelled: Arc<AtomicBool>,
     out: FrameOut,
-    replies: Arc<Mutex<HashMap<(u64, u64), Sender<Result<String, String>>>>>,
+    replies: Replies,
     next_rid: AtomicU64,
 }
 
@@ -607,7 +609,7 @@ pub fn serve_child(copy: &Path, sha: &str) -> i32 {
         }
     };
     let cancels: Arc<Mutex<HashMap<u64, Arc<AtomicBool>>>> = Arc::default();
-    let replies: Arc<Mutex<HashMap<(u64, u64), Sender<Result<String, String>>>>> = Arc::default();
+    let replies: Replies = Arc::default();
     let stdin = std::io::stdin();
     let mut line = String::new();
     loop {
