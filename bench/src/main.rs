@@ -209,60 +209,93 @@ fn try_main() -> Result<(), String> {
     Ok(())
 }
 
-/// Process isolation: the same plugin command over MCP with the fixture plugin in an
-/// `aab plugin-host` child, and the child's restart after a crash (the `crashing`
-/// fixture segfaults; the next call starts a new child). A separate runtime with only
-/// the two fixture plugins, both isolated through the environment override.
-fn isolation_figures(bin_dir: &Path, aab: &Path, calls: usize) -> Result<Vec<Value>, String> {
-    let crashing = bin_dir.join("libaab_fixture_crashing.so");
-    if !crashing.exists() {
-        return Err(format!("{} not found: build the crashing fixture crate", crashing.display()));
-    }
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+/// A private world (runtime home, FactStore, plugin dir) with the given plugins.
+fn fixture_env(bin_dir: &Path, aab: &Path, plugins: &[(&str, &str)], extra: Vec<(&'static str, &'static str)>) -> Result<Env, String> {
+    // On tmpfs when there is one: the history fsync of every command (≈ 0.5 ms, very
+    // noisy on a shared disk) would otherwise drown the difference being measured.
+    let shm = Path::new("/dev/shm");
+    let dir = if shm.is_dir() { tempfile::tempdir_in(shm) } else { tempfile::tempdir() }.map_err(|e| e.to_string())?;
     let root = dir.path().to_path_buf();
     for d in ["home", "runtimes", "facts", "plugins", "ownership"] {
         std::fs::create_dir_all(root.join(d)).map_err(|e| e.to_string())?;
     }
-    copy_plugin(&bin_dir.join("libaab_fixture_fixture.so"), &root.join("plugins"), "fixture")?;
-    copy_plugin(&crashing, &root.join("plugins"), "crashing")?;
-    let env = Env { _dir: dir, root, aab: aab.to_path_buf(), extra: vec![("AI_APP_BRIDGE_PLUGIN_ISOLATION", "process")] };
-    env.run(&["runtime", "--operation", "start"])?;
-    let mut figures = Vec::new();
-    let mut mcp = Mcp::start(&env)?;
-    let run = |mcp: &mut Mcp, args: &Value| -> Result<(Value, Duration), String> {
-        let t = Instant::now();
-        let (reply, _) = mcp.request("tools/call", json!({"name": "run", "arguments": args}))?;
-        Ok((reply, t.elapsed()))
-    };
-    let echo = json!({"command": "fixture-echo", "arguments": {"message": "hi"}, "extract": null});
-    run(&mut mcp, &echo)?;
-    let mut samples = Vec::with_capacity(calls);
-    for _ in 0..calls {
-        let (reply, took) = run(&mut mcp, &echo)?;
-        if reply.pointer("/result/isError") != Some(&json!(false)) {
-            return Err(format!("isolated fixture-echo: {reply}"));
+    for (file, name) in plugins {
+        let from = bin_dir.join(file);
+        if !from.exists() {
+            return Err(format!("{} not found: build the fixture crates", from.display()));
         }
-        samples.push(took);
+        copy_plugin(&from, &root.join("plugins"), name)?;
     }
-    figures.push(stats("MCP run `fixture-echo`, plugin process-isolated", samples));
+    Ok(Env { _dir: dir, root, aab: aab.to_path_buf(), extra })
+}
+
+fn mcp_run(mcp: &mut Mcp, args: &Value) -> Result<(Value, Duration), String> {
+    let t = Instant::now();
+    let (reply, _) = mcp.request("tools/call", json!({"name": "run", "arguments": args}))?;
+    Ok((reply, t.elapsed()))
+}
+
+/// Process isolation. Per-call overhead: two runtimes with only the fixture plugin,
+/// one in-process and one isolated (both on tmpfs), called alternately over MCP so both
+/// see the same machine load; the paired difference is the isolation cost. Restart: the `crashing`
+/// fixture segfaults, the next call starts a new child.
+fn isolation_figures(bin_dir: &Path, aab: &Path, calls: usize) -> Result<Vec<Value>, String> {
+    let fixture = ("libaab_fixture_fixture.so", "fixture");
+    let crashing = ("libaab_fixture_crashing.so", "crashing");
+    let inproc = fixture_env(bin_dir, aab, &[fixture], vec![("AI_APP_BRIDGE_PLUGIN_ISOLATION", "in-process")])?;
+    let isolated = fixture_env(bin_dir, aab, &[fixture, crashing], vec![("AI_APP_BRIDGE_PLUGIN_ISOLATION", "process")])?;
+    let mut figures = Vec::new();
+    for env in [&inproc, &isolated] {
+        env.run(&["runtime", "--operation", "start"])?;
+    }
+    let mut a = Mcp::start(&inproc)?;
+    let mut b = Mcp::start(&isolated)?;
+    let echo = json!({"command": "fixture-echo", "arguments": {"message": "hi"}, "extract": null});
+    for m in [&mut a, &mut b] {
+        mcp_run(m, &echo)?;
+    }
+    let (mut in_samples, mut iso_samples, mut diffs) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..calls {
+        // Alternate which one goes first, so neither always runs right after the other.
+        let order: [&mut Mcp; 2] = if i % 2 == 0 { [&mut a, &mut b] } else { [&mut b, &mut a] };
+        let mut took = [Duration::ZERO; 2];
+        for (slot, m) in order.into_iter().enumerate() {
+            let (reply, t) = mcp_run(m, &echo)?;
+            if reply.pointer("/result/isError") != Some(&json!(false)) {
+                return Err(format!("fixture-echo: {reply}"));
+            }
+            took[slot] = t;
+        }
+        let (t_in, t_iso) = if i % 2 == 0 { (took[0], took[1]) } else { (took[1], took[0]) };
+        in_samples.push(t_in);
+        iso_samples.push(t_iso);
+        diffs.push((t_iso.as_secs_f64() - t_in.as_secs_f64()) * 1000.0);
+    }
+    figures.push(stats("MCP run `fixture-echo`, in-process (A/B pair)", in_samples));
+    figures.push(stats("MCP run `fixture-echo`, process-isolated (A/B pair)", iso_samples));
+    diffs.sort_by(|x, y| x.total_cmp(y));
+    let median_diff = diffs[diffs.len() / 2];
+    println!("{:<58} median {median_diff:>8.3} ms   (paired, n={})", "isolation overhead per call (isolated - in-process)", diffs.len());
+    figures.push(json!({"name": "isolation overhead per call", "medianMs": median_diff, "n": diffs.len()}));
+    drop(a);
 
     // Restart after a crash: the call after a segfault pays for a new child.
-    let crash = json!({"command": "crash", "arguments": {"mode": "segfault", "device": "bench-crash"}, "extract": null});
-    let ok = json!({"command": "crash", "arguments": {"mode": "ok", "device": "bench-crash"}, "extract": null});
+    let crash = json!({"command": "crash", "arguments": {"mode": "segfault"}, "extract": null});
+    let ok = json!({"command": "crash", "arguments": {"mode": "ok"}, "extract": null});
     let (mut first_calls, mut warm_calls, mut spawn) = (Vec::new(), Vec::new(), Vec::new());
     let rounds = (calls / 10).max(10);
     for _ in 0..rounds {
-        let (reply, _) = run(&mut mcp, &crash)?;
+        let (reply, _) = mcp_run(&mut b, &crash)?;
         if !reply.to_string().contains("plugin_crashed") {
             return Err(format!("crash: {reply}"));
         }
-        let (reply, took) = run(&mut mcp, &ok)?;
+        let (reply, took) = mcp_run(&mut b, &ok)?;
         if reply.pointer("/result/isError") != Some(&json!(false)) {
             return Err(format!("crash ok after the crash: {reply}"));
         }
         first_calls.push(took);
-        warm_calls.push(run(&mut mcp, &ok)?.1);
-        let status = env.run(&["runtime", "--operation", "status"])?;
+        warm_calls.push(mcp_run(&mut b, &ok)?.1);
+        let status = isolated.run(&["runtime", "--operation", "status"])?;
         let plugins = status.pointer("/value/plugins").and_then(Value::as_array).cloned().unwrap_or_default();
         let us = plugins.iter().find(|p| p.get("name") == Some(&json!("crashing"))).and_then(|p| p.pointer("/process/lastStartUs")).and_then(Value::as_u64).unwrap_or(0);
         spawn.push(Duration::from_micros(us));
@@ -270,7 +303,9 @@ fn isolation_figures(bin_dir: &Path, aab: &Path, calls: usize) -> Result<Vec<Val
     figures.push(stats("plugin child start (spawn + checks + manifest), after a crash", spawn));
     figures.push(stats("MCP run, first call after a crash (includes the restart)", first_calls));
     figures.push(stats("MCP run, next call on the restarted child", warm_calls));
-    drop(mcp);
-    env.run(&["runtime", "--operation", "stop"])?;
+    drop(b);
+    for env in [&inproc, &isolated] {
+        env.run(&["runtime", "--operation", "stop"])?;
+    }
     Ok(figures)
 }

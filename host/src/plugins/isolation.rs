@@ -585,6 +585,42 @@ impl HostCallbacks for ChildCallbacks {
     }
 }
 
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The child's call threads: idle ones are reused (a thread start per call would be
+/// most of the isolation overhead); a call never waits for a busy one — when none is
+/// idle, a new thread takes it, so a hung call cannot hold up the next.
+#[derive(Default)]
+struct Workers {
+    queue: Option<(Sender<Job>, Arc<Mutex<mpsc::Receiver<Job>>>)>,
+    /// Threads waiting for a job and not yet claimed by the dispatcher.
+    idle: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Workers {
+    fn run(&mut self, job: Job) {
+        let (tx, rx) = self.queue.get_or_insert_with(|| {
+            let (tx, rx) = mpsc::channel();
+            (tx, Arc::new(Mutex::new(rx)))
+        });
+        // Claim one idle thread; it (or another idle one) takes the job from the queue.
+        if self.idle.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+            let _ = tx.send(job);
+            return;
+        }
+        let rx = Arc::clone(rx);
+        let idle = Arc::clone(&self.idle);
+        std::thread::spawn(move || {
+            let mut job = Some(job);
+            while let Some(j) = job.take() {
+                j();
+                idle.fetch_add(1, Ordering::SeqCst);
+                job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv().ok();
+            }
+        });
+    }
+}
+
 /// The child's main loop. Returns the process exit code.
 pub fn serve_child(copy: &Path, sha: &str) -> i32 {
     // Frames get a private duplicate of stdout; fd 1 becomes stderr.
@@ -610,6 +646,7 @@ pub fn serve_child(copy: &Path, sha: &str) -> i32 {
     };
     let cancels: Arc<Mutex<HashMap<u64, Arc<AtomicBool>>>> = Arc::default();
     let replies: Replies = Arc::default();
+    let mut workers = Workers::default();
     let stdin = std::io::stdin();
     let mut line = String::new();
     loop {
@@ -637,12 +674,12 @@ pub fn serve_child(copy: &Path, sha: &str) -> i32 {
                 let request = frame.get("request").and_then(Value::as_str).unwrap_or_default().to_string();
                 let out = Arc::clone(&out);
                 let cancels = Arc::clone(&cancels);
-                std::thread::spawn(move || {
+                workers.run(Box::new(move || {
                     let host: HostCallbacksRef = HostCallbacks_TO::from_ptr(RArc::new(callbacks), TD_Opaque);
                     let raw = module.call(&method, &request, &host);
                     cancels.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
                     emit(&out, &json!({"t": "done", "id": id, "raw": raw}));
-                });
+                }));
             }
             Some("cancel") => {
                 if let Some(flag) = cancels.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
