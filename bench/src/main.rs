@@ -27,6 +27,7 @@ struct Env {
     _dir: tempfile::TempDir,
     root: PathBuf,
     aab: PathBuf,
+    extra: Vec<(&'static str, &'static str)>,
 }
 
 impl Env {
@@ -39,6 +40,9 @@ impl Env {
             .env("AI_APP_BRIDGE_PLUGIN_DIR", self.root.join("plugins"))
             .env("AI_APP_BRIDGE_DEVICE_OWNERSHIP_DIR", self.root.join("ownership"))
             .current_dir(&self.root);
+        for (k, v) in &self.extra {
+            c.env(k, v);
+        }
         c
     }
 
@@ -133,7 +137,7 @@ fn try_main() -> Result<(), String> {
         return Err(format!("{} not found: build with --all-targets / the fixture crate", fixture.display()));
     }
     copy_plugin(&fixture, &root.join("plugins"), "fixture")?;
-    let env = Env { _dir: dir, root: root.clone(), aab };
+    let env = Env { _dir: dir, root: root.clone(), aab: aab.clone(), extra: Vec::new() };
     let mut figures = Vec::new();
 
     // Plugin load time (the host's own loader: version preflight + layout check + manifest).
@@ -200,6 +204,108 @@ fn try_main() -> Result<(), String> {
     let busy_rss = rss_kib(pid).unwrap_or(0);
     println!("{:<58} {} KiB", "runtime RSS after the run", busy_rss);
     env.run(&["runtime", "--operation", "stop"])?;
+    figures.extend(isolation_figures(&bin_dir, &aab, calls)?);
     println!("{}", json!({"figures": figures, "idleRssKiB": idle_rss, "afterRssKiB": busy_rss, "toolsListBytes": tools_bytes}));
     Ok(())
+}
+
+/// A private world (runtime home, FactStore, plugin dir) with the given plugins.
+fn fixture_env(bin_dir: &Path, aab: &Path, plugins: &[(&str, &str)], extra: Vec<(&'static str, &'static str)>) -> Result<Env, String> {
+    // On tmpfs when there is one: the history fsync of every command (≈ 0.5 ms, very
+    // noisy on a shared disk) would otherwise drown the difference being measured.
+    let shm = Path::new("/dev/shm");
+    let dir = if shm.is_dir() { tempfile::tempdir_in(shm) } else { tempfile::tempdir() }.map_err(|e| e.to_string())?;
+    let root = dir.path().to_path_buf();
+    for d in ["home", "runtimes", "facts", "plugins", "ownership"] {
+        std::fs::create_dir_all(root.join(d)).map_err(|e| e.to_string())?;
+    }
+    for (file, name) in plugins {
+        let from = bin_dir.join(file);
+        if !from.exists() {
+            return Err(format!("{} not found: build the fixture crates", from.display()));
+        }
+        copy_plugin(&from, &root.join("plugins"), name)?;
+    }
+    Ok(Env { _dir: dir, root, aab: aab.to_path_buf(), extra })
+}
+
+fn mcp_run(mcp: &mut Mcp, args: &Value) -> Result<(Value, Duration), String> {
+    let t = Instant::now();
+    let (reply, _) = mcp.request("tools/call", json!({"name": "run", "arguments": args}))?;
+    Ok((reply, t.elapsed()))
+}
+
+/// Process isolation. Per-call overhead: two runtimes with only the fixture plugin,
+/// one in-process and one isolated (both on tmpfs), called alternately over MCP so both
+/// see the same machine load; the paired difference is the isolation cost. Restart: the `crashing`
+/// fixture segfaults, the next call starts a new child.
+fn isolation_figures(bin_dir: &Path, aab: &Path, calls: usize) -> Result<Vec<Value>, String> {
+    let fixture = ("libaab_fixture_fixture.so", "fixture");
+    let crashing = ("libaab_fixture_crashing.so", "crashing");
+    let inproc = fixture_env(bin_dir, aab, &[fixture], vec![("AI_APP_BRIDGE_PLUGIN_ISOLATION", "in-process")])?;
+    let isolated = fixture_env(bin_dir, aab, &[fixture, crashing], vec![("AI_APP_BRIDGE_PLUGIN_ISOLATION", "process")])?;
+    let mut figures = Vec::new();
+    for env in [&inproc, &isolated] {
+        env.run(&["runtime", "--operation", "start"])?;
+    }
+    let mut a = Mcp::start(&inproc)?;
+    let mut b = Mcp::start(&isolated)?;
+    let echo = json!({"command": "fixture-echo", "arguments": {"message": "hi"}, "extract": null});
+    for m in [&mut a, &mut b] {
+        mcp_run(m, &echo)?;
+    }
+    let (mut in_samples, mut iso_samples, mut diffs) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..calls {
+        // Alternate which one goes first, so neither always runs right after the other.
+        let order: [&mut Mcp; 2] = if i % 2 == 0 { [&mut a, &mut b] } else { [&mut b, &mut a] };
+        let mut took = [Duration::ZERO; 2];
+        for (slot, m) in order.into_iter().enumerate() {
+            let (reply, t) = mcp_run(m, &echo)?;
+            if reply.pointer("/result/isError") != Some(&json!(false)) {
+                return Err(format!("fixture-echo: {reply}"));
+            }
+            took[slot] = t;
+        }
+        let (t_in, t_iso) = if i % 2 == 0 { (took[0], took[1]) } else { (took[1], took[0]) };
+        in_samples.push(t_in);
+        iso_samples.push(t_iso);
+        diffs.push((t_iso.as_secs_f64() - t_in.as_secs_f64()) * 1000.0);
+    }
+    figures.push(stats("MCP run `fixture-echo`, in-process (A/B pair)", in_samples));
+    figures.push(stats("MCP run `fixture-echo`, process-isolated (A/B pair)", iso_samples));
+    diffs.sort_by(|x, y| x.total_cmp(y));
+    let median_diff = diffs[diffs.len() / 2];
+    println!("{:<58} median {median_diff:>8.3} ms   (paired, n={})", "isolation overhead per call (isolated - in-process)", diffs.len());
+    figures.push(json!({"name": "isolation overhead per call", "medianMs": median_diff, "n": diffs.len()}));
+    drop(a);
+
+    // Restart after a crash: the call after a segfault pays for a new child.
+    let crash = json!({"command": "crash", "arguments": {"mode": "segfault"}, "extract": null});
+    let ok = json!({"command": "crash", "arguments": {"mode": "ok"}, "extract": null});
+    let (mut first_calls, mut warm_calls, mut spawn) = (Vec::new(), Vec::new(), Vec::new());
+    let rounds = (calls / 10).max(10);
+    for _ in 0..rounds {
+        let (reply, _) = mcp_run(&mut b, &crash)?;
+        if !reply.to_string().contains("plugin_crashed") {
+            return Err(format!("crash: {reply}"));
+        }
+        let (reply, took) = mcp_run(&mut b, &ok)?;
+        if reply.pointer("/result/isError") != Some(&json!(false)) {
+            return Err(format!("crash ok after the crash: {reply}"));
+        }
+        first_calls.push(took);
+        warm_calls.push(mcp_run(&mut b, &ok)?.1);
+        let status = isolated.run(&["runtime", "--operation", "status"])?;
+        let plugins = status.pointer("/value/plugins").and_then(Value::as_array).cloned().unwrap_or_default();
+        let us = plugins.iter().find(|p| p.get("name") == Some(&json!("crashing"))).and_then(|p| p.pointer("/process/lastStartUs")).and_then(Value::as_u64).unwrap_or(0);
+        spawn.push(Duration::from_micros(us));
+    }
+    figures.push(stats("plugin child start (spawn + checks + manifest), after a crash", spawn));
+    figures.push(stats("MCP run, first call after a crash (includes the restart)", first_calls));
+    figures.push(stats("MCP run, next call on the restarted child", warm_calls));
+    drop(b);
+    for env in [&inproc, &isolated] {
+        env.run(&["runtime", "--operation", "stop"])?;
+    }
+    Ok(figures)
 }

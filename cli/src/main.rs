@@ -25,6 +25,11 @@ use crate::argv::{Invocation, Rejection};
 fn main() {
     // `args_os`: `std::env::args` panics on an argument that is not UTF-8.
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    // Hidden: the child process that serves one isolated plugin for the runtime
+    // (`aab plugin-host <private copy> <sha256>`); it speaks frames, not replies.
+    if args.len() == 3 && args[0] == "plugin-host" {
+        std::process::exit(aab_host::plugins::isolation::serve_child(std::path::Path::new(&args[1]), &args[2].to_string_lossy()));
+    }
     let code = match try_main(&args) {
         Ok(code) => code,
         Err(rejection) => emit_reply(Client::rejection(rejection.command.as_deref(), rejection.error)),

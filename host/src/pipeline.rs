@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use aab_plugin_api::loader::{self, CallState, LoadedModule};
+use aab_plugin_api::loader::{self, CallState};
 use aab_plugin_api::protocol::{INVOCATION_SCHEMA, Invocation, Mutation, Outcome};
 use serde_json::{Map, Value, json};
 
@@ -23,7 +23,7 @@ use crate::client::PublicReply;
 use crate::error::CommandError;
 use crate::facts::Facts;
 use crate::ownership::Ownership;
-use crate::plugins::Catalog;
+use crate::plugins::{Catalog, PluginHandle};
 use crate::registry::request::parse_public_request;
 use crate::registry::{CommandOrigin, RegisteredCommand};
 use crate::reply::{self, ExecOutcome};
@@ -301,7 +301,7 @@ impl ExecutionHost {
             CommandOrigin::Host => return self.builtin(name, &arguments, &cwd, deadline, control).await,
             CommandOrigin::Plugin { name, .. } => name.clone(),
         };
-        let Some(module) = self.catalog.modules.get(&plugin).copied() else {
+        let Some(module) = self.catalog.modules.get(&plugin).cloned() else {
             return ExecOutcome::Failed(CommandError::new("plugin_unavailable", format!("plugin `{plugin}` is not loaded")));
         };
         let action_id = action_id.to_string();
@@ -471,7 +471,7 @@ impl ExecutionHost {
                     .with_details(json!({"serial": serial, "phase": "unresolved", "pending": pending, "recovery": recovery})),
             )
         };
-        let Some(module) = self.catalog.modules.get(&plugin).copied() else {
+        let Some(module) = self.catalog.modules.get(&plugin).cloned() else {
             return unresolved(json!({"reason": "provider_unavailable", "plugin": plugin}));
         };
         let request = json!({"pending": pending, "serial": serial});
@@ -516,7 +516,7 @@ async fn blocking(f: impl FnOnce() -> Result<Value, CommandError> + Send + 'stat
 
 /// Everything one plugin call needs from the runtime.
 pub struct PluginCall<'a> {
-    pub module: LoadedModule,
+    pub module: PluginHandle,
     pub plugin: &'a str,
     pub command: &'a RegisteredCommand,
     pub arguments: Value,
@@ -576,7 +576,7 @@ fn callbacks(plugin: &str, runtime_id: &str, facts: Facts, data_root: std::path:
 /// Call a plugin hook (e.g. `reconcile`) under a deadline.
 #[allow(clippy::too_many_arguments)]
 pub async fn call_hook(
-    module: LoadedModule,
+    module: PluginHandle,
     plugin: &str,
     method: &str,
     request: &Value,

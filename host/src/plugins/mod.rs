@@ -10,6 +10,7 @@
 //! gets one clear error naming its file; the others keep working.
 
 pub mod bundle;
+pub mod isolation;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,6 +27,7 @@ use crate::error::CommandError;
 use crate::registry::Registry;
 
 pub use bundle::{BUNDLE_MANIFEST, bundle_report, verify_report};
+pub use isolation::{Isolation, IsolationPolicy, PluginHandle};
 
 /// File name prefix/suffix of plugin libraries.
 pub fn is_plugin_file_name(name: &str) -> bool {
@@ -109,8 +111,10 @@ pub enum LoadMode {
 pub struct Catalog {
     pub registry: Registry,
     pub reports: Vec<PluginReport>,
-    /// Callable modules by plugin name (runtime only).
-    pub modules: BTreeMap<String, LoadedModule>,
+    /// Callable plugins by plugin name (runtime only), in-process or in a child.
+    pub modules: BTreeMap<String, PluginHandle>,
+    /// Which plugins run in a child process (`aab-plugins.json`, environment).
+    pub isolation: IsolationPolicy,
     /// sha256 of every candidate file by file name (for the code fingerprint).
     pub file_digests: BTreeMap<String, String>,
     pub bundle_digest: Option<String>,
@@ -135,6 +139,7 @@ impl Catalog {
         let mut file_digests = BTreeMap::new();
         let bundle = bundle::read_bundle_manifest(&config.plugin_dir);
         let bundle_digest = std::fs::read(config.plugin_dir.join(BUNDLE_MANIFEST)).ok().map(|b| crate::digest::sha256_hex(&b));
+        let isolation = IsolationPolicy::read(&config.plugin_dir);
 
         let files = match scan(&config.plugin_dir) {
             Ok(files) => files,
@@ -172,15 +177,31 @@ impl Catalog {
                         schemas_known_good = cached.get("schemasCompiled") == Some(&Value::Bool(true));
                         manifest_from_cache(&file, cached)
                     }
+                    // An isolated plugin's code never runs in the client either: a
+                    // short-lived child reports the manifest.
+                    None if isolation.mode_of(&file) == Isolation::Process => {
+                        let loaded = private_copy(&file, &sha, config).and_then(|copy| isolation::ChildPlugin::start(&file, &copy, &sha)).map(|started| started.manifest);
+                        cache.set_manifest(&file, &sha, manifest_to_cache(&loaded));
+                        loaded
+                    }
                     None => {
                         let loaded = load_manifest(&file, &sha, config).map(|(m, _)| m);
                         cache.set_manifest(&file, &sha, manifest_to_cache(&loaded));
                         loaded
                     }
                 },
+                LoadMode::Load if isolation.mode_of(&file) == Isolation::Process => {
+                    // The runtime never maps an isolated plugin: its child does.
+                    let loaded = private_copy(&file, &sha, config).and_then(|copy| isolation::ChildPlugin::start(&file, &copy, &sha)).map(|started| {
+                        module = Some(PluginHandle::Process(started.plugin));
+                        started.manifest
+                    });
+                    cache.set_manifest(&file, &sha, manifest_to_cache(&loaded));
+                    loaded
+                }
                 LoadMode::Load => {
                     let loaded = load_manifest(&file, &sha, config).map(|(m, loaded_module)| {
-                        module = Some(loaded_module);
+                        module = Some(PluginHandle::InProcess(loaded_module));
                         m
                     });
                     cache.set_manifest(&file, &sha, manifest_to_cache(&loaded));
@@ -210,7 +231,7 @@ impl Catalog {
             reports.push(report);
         }
         cache.save();
-        let mut catalog = Catalog { registry, reports, modules, file_digests, bundle_digest };
+        let mut catalog = Catalog { registry, reports, modules, isolation, file_digests, bundle_digest };
         // Discovery narrowing of `intent decide` by the loaded Intent providers.
         let narrowing = crate::engines::intent::discovery_narrowing(&catalog.intent_providers());
         catalog.registry.set_narrowing(narrowing);
@@ -226,6 +247,12 @@ impl Catalog {
         }
         if let Some(b) = &self.bundle_digest {
             s.push_str(&format!("bundle {b}\n"));
+        }
+        // A changed isolation choice must restart the runtime like changed code.
+        for r in &self.reports {
+            if self.isolation.mode_of(&r.file) == Isolation::Process {
+                s.push_str(&format!("isolated {}\n", isolation::file_plugin_name(&r.file)));
+            }
         }
         s
     }
@@ -253,9 +280,24 @@ fn manifest_from_cache(file: &Path, cached: Value) -> Result<Manifest, CommandEr
 /// Load a plugin from its private content-addressed copy and read its manifest.
 fn load_manifest(file: &Path, sha: &str, config: &Config) -> Result<(Manifest, LoadedModule), CommandError> {
     let copy = private_copy(file, sha, config)?;
-    let module = loader::load(&copy).map_err(|e| refusal(e.code, file, e.message))?;
+    load_checked(file, &copy)
+}
+
+/// ABI preflight, abi_stable layout check and manifest checks of `copy` (errors name `file`).
+fn load_checked(file: &Path, copy: &Path) -> Result<(Manifest, LoadedModule), CommandError> {
+    let module = loader::load(copy).map_err(|e| refusal(e.code, file, e.message))?;
     let manifest = module.manifest().map_err(|e| refusal(e.code, file, e.message))?;
     Ok((manifest, module))
+}
+
+/// The plugin host child's load: the private copy must still hash to `sha` (the
+/// digest the runtime checked against the bundle), then the same checks as in-process.
+pub fn load_verified(copy: &Path, sha: &str) -> Result<(Manifest, LoadedModule), CommandError> {
+    match file_sha256(copy) {
+        Ok(actual) if actual == sha => load_checked(copy, copy),
+        Ok(_) => Err(refusal("plugin_hash_mismatch", copy, "the plugin copy no longer matches the digest the runtime checked".into())),
+        Err(e) => Err(refusal("plugin_load_failed", copy, format!("cannot read plugin copy: {e}"))),
+    }
 }
 
 /// Copy the plugin to `<runtime_dir>/plugins/<sha>.so` and verify the copy's hash,
@@ -287,7 +329,15 @@ pub fn list_report() -> PublicReply {
     };
     let mut cache = DigestCache::open(config.runtime_home.join("digest-cache.json"));
     let catalog = Catalog::build(&config, &mut cache, LoadMode::Load);
-    let plugins: Vec<Value> = catalog.reports.iter().map(|r| r.to_json(&catalog.registry)).collect();
+    let plugins: Vec<Value> = catalog
+        .reports
+        .iter()
+        .map(|r| {
+            let mut v = r.to_json(&catalog.registry);
+            v["isolation"] = json!(catalog.isolation.mode_of(&r.file).as_str());
+            v
+        })
+        .collect();
     let refused = catalog.reports.iter().filter(|r| r.error.is_some()).count();
     let value = json!({
         "ok": true,
@@ -296,6 +346,7 @@ pub fn list_report() -> PublicReply {
         "pluginDir": config.plugin_dir.display().to_string(),
         "bundle": config.plugin_dir.join(BUNDLE_MANIFEST).exists(),
         "pluginDirError": catalog.registry.missing_commands_cause().map(CommandError::to_json),
+        "isolationError": catalog.isolation.problem,
         "plugins": plugins,
         "loaded": catalog.reports.len() - refused,
         "refused": refused,

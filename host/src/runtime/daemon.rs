@@ -443,6 +443,7 @@ fn status_json(runtime: &Runtime) -> Value {
                 "file": r.file.display().to_string(),
                 "status": if r.error.is_none() { "loaded" } else { "refused" },
                 "error": r.error.as_ref().map(|e| e.code.clone()),
+                "process": r.manifest.as_ref().and_then(|m| runtime.host.catalog.modules.get(&m.name)).map(|h| h.status_json()),
             })
         })
         .collect();
