@@ -16,24 +16,12 @@ pub const INTENT: &str = "intent";
 pub const SCRIPT: &str = "script";
 
 fn spec(command: &str, summary: &str, mutation: Mutation, mutating: &[&str], input_schema: Value) -> CommandSpec {
-    CommandSpec {
-        command: command.into(),
-        domain: "execution".into(),
-        summary: summary.into(),
-        platform: "host".into(),
-        role: "execution".into(),
-        target_kind: "host-runtime".into(),
-        script_permission: None,
-        mutation,
-        mutating_operations: mutating.iter().map(|s| s.to_string()).collect(),
-        execution_schemas: vec![],
-        target_key: vec![],
-        lane: None,
-        device_key: vec![],
-        default_timeout_ms: 10_000,
-        max_timeout_ms: 60_000,
-        input_schema,
-    }
+    let base = match mutation {
+        Mutation::None => CommandSpec::query(command),
+        Mutation::Always => CommandSpec::mutation(command),
+        Mutation::Conditional => CommandSpec::conditional(command, mutating.iter().copied()),
+    };
+    base.summary(summary).platform("host").domain("execution").role("execution").target_kind("host-runtime").timeouts(10_000, 60_000).input_schema(input_schema)
 }
 
 fn op<'a>(operation: &'a str, description: &'a str, own: &'a [&'a str], required: &'a [&'a str]) -> OperationFields<'a> {

@@ -13,8 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use aab_plugin_api::codes;
 use aab_plugin_api::loader::{self, CallState};
-use aab_plugin_api::protocol::{INVOCATION_SCHEMA, Invocation, Mutation, Outcome};
+use aab_plugin_api::protocol::{Invocation, Mutation, Outcome};
 use serde_json::{Map, Value, json};
 
 use crate::admission::{self, ActiveRequests, Cancel, CancelReason, Claim, Idempotency, Lanes};
@@ -533,6 +534,9 @@ pub struct PluginCall<'a> {
     pub cancel: Cancel,
 }
 
+/// The services [`host_service`] answers, advertised by `host.info`.
+const HOST_SERVICES: [&str; 5] = ["host.info", "host.echo", "host.time", "facts.append", "facts.read"];
+
 /// JSON services a plugin may call through `Context::host_call`.
 fn host_service(plugin: String, runtime_id: String, facts: Facts, data_root: std::path::PathBuf) -> impl Fn(&str, &str) -> Result<String, String> + Send + Sync {
     move |method, params| match method {
@@ -547,6 +551,8 @@ fn host_service(plugin: String, runtime_id: String, facts: Facts, data_root: std
                 "runtimeId": runtime_id,
                 "plugin": plugin,
                 "dataDir": data_dir,
+                "services": HOST_SERVICES,
+                "features": ["invocation-host-options"],
             })
             .to_string())
         }
@@ -558,7 +564,7 @@ fn host_service(plugin: String, runtime_id: String, facts: Facts, data_root: std
             .map(|v| json!({"params": v}).to_string())
             .map_err(|e| json!({"error": "invalid_argument", "message": format!("params are not JSON: {e}")}).to_string()),
         "host.time" => Ok(json!({"unixMs": crate::ids::now_ms()}).to_string()),
-        other => Err(json!({"error": "unsupported_host_service", "message": format!("the host offers no service `{other}`")}).to_string()),
+        other => Err(json!({"error": codes::UNSUPPORTED_HOST_SERVICE, "message": format!("the host offers no service `{other}`")}).to_string()),
     }
 }
 
@@ -568,9 +574,21 @@ fn callbacks(plugin: &str, runtime_id: &str, facts: Facts, data_root: std::path:
         deadline,
         cancelled,
         dispatched,
-        logger: Box::new(move |level, message| tracing::info!(plugin = %log_name, level, "{message}")),
+        logger: Box::new(move |level, message| plugin_log(&log_name, level, message)),
         service: Box::new(host_service(plugin.to_string(), runtime_id.to_string(), facts, data_root)),
     })
+}
+
+/// One plugin log line, at the level the plugin sent (`abi::level`; anything else
+/// is logged as debug), under the target `aab::plugin`.
+fn plugin_log(plugin: &str, level: u8, message: &str) {
+    use aab_plugin_api::abi::level as l;
+    match level {
+        l::ERROR => tracing::error!(target: "aab::plugin", plugin, "{message}"),
+        l::WARN => tracing::warn!(target: "aab::plugin", plugin, "{message}"),
+        l::INFO => tracing::info!(target: "aab::plugin", plugin, "{message}"),
+        _ => tracing::debug!(target: "aab::plugin", plugin, "{message}"),
+    }
 }
 
 /// Call a plugin hook (e.g. `reconcile`) under a deadline.
@@ -595,14 +613,14 @@ pub async fn call_hook(
         Ok(Err(e)) => return Err(CommandError::new("plugin_call_failed", e.to_string())),
         Err(_) => {
             flag.store(true, Ordering::SeqCst);
-            return Err(CommandError::new("deadline_exceeded", "the provider did not answer in time"));
+            return Err(CommandError::new(codes::DEADLINE_EXCEEDED, "the provider did not answer in time"));
         }
     };
-    let outcome: Outcome = serde_json::from_str(&raw).map_err(|e| CommandError::new("plugin_output_invalid", e.to_string()))?;
+    let outcome: Outcome = serde_json::from_str(&raw).map_err(|e| CommandError::new(codes::PLUGIN_OUTPUT_INVALID, e.to_string()))?;
     if outcome.ok {
         Ok(outcome.value.unwrap_or(Value::Null))
     } else {
-        let e = outcome.error.unwrap_or_else(|| aab_plugin_api::ProviderError::new("plugin_output_invalid", "failed outcome without an error"));
+        let e = outcome.error.unwrap_or_else(|| aab_plugin_api::ProviderError::new(codes::PLUGIN_OUTPUT_INVALID, "failed outcome without an error"));
         Err(CommandError::new(e.error, e.message))
     }
 }
@@ -612,16 +630,10 @@ pub async fn invoke_plugin(call: PluginCall<'_>) -> ExecOutcome {
     let cancelled_flag = Arc::new(AtomicBool::new(false));
     let host = callbacks(call.plugin, call.runtime_id, call.facts.clone(), call.data_root.clone(), call.deadline, cancelled_flag.clone(), dispatched.clone());
     let timeout_ms = call.timeout.as_millis() as u64;
-    let invocation = Invocation {
-        schema: INVOCATION_SCHEMA.into(),
-        command: call.command.spec.command.clone(),
-        arguments: call.arguments,
-        action_id: call.action_id,
-        runtime_epoch: call.runtime_id.to_string(),
-        request_id: call.request_id,
-        cwd: call.cwd,
-        timeout_ms,
-    };
+    // Host execution options travel as invocation fields, not as arguments, so a
+    // provider's typed arguments can refuse unknown fields.
+    let mut invocation = Invocation::new(call.command.spec.command.clone(), call.arguments, call.action_id, call.runtime_id, call.cwd, timeout_ms).with_request_id(call.request_id);
+    invocation.lift_host_options();
     let request = serde_json::to_string(&invocation).expect("invocation serialises");
     let module = call.module;
     let mut handle = tokio::task::spawn_blocking(move || module.call("invoke", &request, &host));
@@ -690,7 +702,7 @@ fn outcome_from_raw(raw: &str, marked: bool) -> ExecOutcome {
             (kind, _) => ExecOutcome::Failed(after_mark(marked, "plugin_output_invalid", format!("unsupported outcome kind {kind:?}"))),
         };
     }
-    let e = outcome.error.unwrap_or_else(|| aab_plugin_api::ProviderError::new("plugin_output_invalid", "failed outcome without an error"));
+    let e = outcome.error.unwrap_or_else(|| aab_plugin_api::ProviderError::new(codes::PLUGIN_OUTPUT_INVALID, "failed outcome without an error"));
     // A panic after the mark is as ambiguous as any other failure after it.
     let dispatched_fact = match (e.dispatched, marked) {
         (Some(d), _) => Some(d),

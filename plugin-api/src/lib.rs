@@ -3,6 +3,9 @@
 //! * [`abi`] — the frozen abi_stable root module and host-callback object. Tiny on
 //!   purpose: abi_stable rejects an *older* plugin once a newer host grows these types,
 //!   so everything that may evolve travels as JSON instead.
+//! * [`check`] — the host's manifest rules ([`Manifest::check`]), shared with tests.
+//! * [`codes`] — the error codes of the provider contract, with their meaning.
+//! * [`host`] — typed host services (`host.info`, FactStore, data dir).
 //! * [`protocol`] — the versioned JSON shapes that cross the ABI (manifest,
 //!   invocation, outcome). Schema ids are `aab.plugin-*`.
 //! * [`sdk`] — the safe side for plugin authors: the [`sdk::Provider`] trait, the
@@ -12,6 +15,9 @@
 //!   through that same loader.
 
 pub mod abi;
+pub mod check;
+pub mod codes;
+pub mod host;
 pub mod protocol;
 pub mod sdk;
 
@@ -26,4 +32,4 @@ pub use abi_stable;
 pub use serde_json;
 
 pub use protocol::{CommandSpec, Invocation, Manifest, Outcome, ProviderError, Reply};
-pub use sdk::{Context, HostHandle, Provider};
+pub use sdk::{Command, Commands, Context, HostHandle, Provider};

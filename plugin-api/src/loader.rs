@@ -49,7 +49,7 @@ pub fn load(path: &Path) -> Result<LoadedModule, LoadError> {
         let lib = libloading::Library::new(path).map_err(|e| err("plugin_load_failed", format!("cannot open library: {e}")))?;
         let symbol = lib
             .get::<*const u32>(b"AAB_PLUGIN_ABI_MAJOR\0")
-            .map_err(|_| err("plugin_abi_incompatible", "library does not export AAB_PLUGIN_ABI_MAJOR; it is not an aab plugin"))?;
+            .map_err(|_| err(crate::codes::PLUGIN_ABI_INCOMPATIBLE, "library does not export AAB_PLUGIN_ABI_MAJOR; it is not an aab plugin"))?;
         **symbol
     };
     if major != ABI_MAJOR {
@@ -63,7 +63,7 @@ pub fn load(path: &Path) -> Result<LoadedModule, LoadError> {
         .map_err(|e| {
             let text = e.to_string();
             let first = text.lines().next().unwrap_or("").to_string();
-            err("plugin_abi_incompatible", format!("abi_stable layout check failed: {first}"))
+            err(crate::codes::PLUGIN_ABI_INCOMPATIBLE, format!("abi_stable layout check failed: {first}"))
         })?;
     Ok(LoadedModule { module })
 }
@@ -72,18 +72,18 @@ impl LoadedModule {
     /// Read and check the manifest: JSON shape, schema id and plugin-API semver range.
     pub fn manifest(&self) -> Result<Manifest, LoadError> {
         let raw = (self.module.manifest())();
-        let value: serde_json::Value = serde_json::from_str(raw.as_str()).map_err(|e| err("plugin_manifest_invalid", format!("manifest is not JSON: {e}")))?;
+        let value: serde_json::Value = serde_json::from_str(raw.as_str()).map_err(|e| err(crate::codes::PLUGIN_MANIFEST_INVALID, format!("manifest is not JSON: {e}")))?;
         if value.get("schema").and_then(|s| s.as_str()) == Some(OUTCOME_SCHEMA) {
-            let outcome: Outcome = serde_json::from_value(value).map_err(|e| err("plugin_manifest_invalid", e.to_string()))?;
+            let outcome: Outcome = serde_json::from_value(value).map_err(|e| err(crate::codes::PLUGIN_MANIFEST_INVALID, e.to_string()))?;
             let e = outcome.error.map(|e| e.to_string()).unwrap_or_default();
-            return Err(err("plugin_manifest_invalid", format!("plugin failed to build its manifest: {e}")));
+            return Err(err(crate::codes::PLUGIN_MANIFEST_INVALID, format!("plugin failed to build its manifest: {e}")));
         }
-        let manifest: Manifest = serde_json::from_value(value).map_err(|e| err("plugin_manifest_invalid", format!("manifest shape: {e}")))?;
+        let manifest: Manifest = serde_json::from_value(value).map_err(|e| err(crate::codes::PLUGIN_MANIFEST_INVALID, format!("manifest shape: {e}")))?;
         if manifest.schema != crate::protocol::MANIFEST_SCHEMA {
-            return Err(err("plugin_manifest_invalid", format!("unsupported manifest schema `{}`", manifest.schema)));
+            return Err(err(crate::codes::PLUGIN_MANIFEST_INVALID, format!("unsupported manifest schema `{}`", manifest.schema)));
         }
         let req = semver::VersionReq::parse(&manifest.plugin_api)
-            .map_err(|e| err("plugin_manifest_invalid", format!("pluginApi `{}` is not a semver requirement: {e}", manifest.plugin_api)))?;
+            .map_err(|e| err(crate::codes::PLUGIN_MANIFEST_INVALID, format!("pluginApi `{}` is not a semver requirement: {e}", manifest.plugin_api)))?;
         let ours = semver::Version::parse(PLUGIN_API_VERSION).expect("crate version is semver");
         if !req.matches(&ours) {
             return Err(err(
@@ -136,7 +136,7 @@ impl HostCallbacks for CallState {
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.service)(method.as_str(), params.as_str()))) {
             Ok(Ok(s)) => RResult::ROk(RString::from(s)),
             Ok(Err(e)) => RResult::RErr(RString::from(e)),
-            Err(_) => RResult::RErr(RString::from(r#"{"error":"host_service_failed","message":"host service panicked"}"#)),
+            Err(_) => RResult::RErr(RString::from(serde_json::json!({"error": crate::codes::HOST_SERVICE_FAILED, "message": "host service panicked"}).to_string())),
         }
     }
 }

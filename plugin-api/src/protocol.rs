@@ -17,9 +17,17 @@ pub const OUTCOME_SCHEMA: &str = "aab.plugin-outcome/v1";
 /// must accept it.
 pub const PLUGIN_API_VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// The `pluginApi` requirement [`Manifest::new`] writes: every 1.x host accepts it.
+/// Deliberately not `^` + this crate's version: a plugin built against SDK 1.4 would
+/// then be refused by a 1.0 host although the protocol only ever grows optional
+/// fields. Behaviour a plugin needs from a newer host is negotiated by name
+/// (`host.info` → `services`/`features`), not by raising this floor.
+pub const PLUGIN_API_BASELINE: &str = "^1.0";
+
 /// What a plugin advertises. Built by [`crate::sdk::Provider::manifest`].
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct Manifest {
     pub schema: String,
     pub name: String,
@@ -49,6 +57,7 @@ pub struct Manifest {
 /// value, the top-level argument that contains it is left out.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct IntentProvider {
     /// Platform of the Intent target (`target.platform`), e.g. `web`.
     pub platform: String,
@@ -73,6 +82,7 @@ pub struct IntentProvider {
 /// A command call with an arguments template.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct IntentCall {
     pub command: String,
     pub arguments: Value,
@@ -81,6 +91,7 @@ pub struct IntentCall {
 /// Where the summary's parts are found in the observation value (JSON Pointers).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct IntentSummarize {
     /// Pointer to the array of actionable elements.
     pub elements: String,
@@ -108,6 +119,7 @@ pub struct IntentSummarize {
 /// One public Intent action and the command that performs it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct IntentAction {
     /// Public action name (`decision.action.action`), e.g. `tap`.
     pub action: String,
@@ -120,6 +132,7 @@ pub struct IntentAction {
 /// One capture stream of `require.streams`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct IntentStream {
     /// Public stream name: logs | network | state | events.
     pub stream: String,
@@ -147,12 +160,143 @@ impl Manifest {
             schema: MANIFEST_SCHEMA.to_string(),
             name: name.into(),
             version: version.into(),
-            plugin_api: format!("^{}", PLUGIN_API_VERSION),
+            plugin_api: PLUGIN_API_BASELINE.to_string(),
             platforms: Vec::new(),
             features: Vec::new(),
             commands: Vec::new(),
             intent_providers: Vec::new(),
         }
+    }
+
+    /// Add the platforms this plugin serves.
+    pub fn platforms<I: IntoIterator<Item = S>, S: Into<String>>(mut self, platforms: I) -> Self {
+        self.platforms.extend(platforms.into_iter().map(Into::into));
+        self
+    }
+
+    /// Add optional behaviour names (`features`).
+    pub fn features<I: IntoIterator<Item = S>, S: Into<String>>(mut self, features: I) -> Self {
+        self.features.extend(features.into_iter().map(Into::into));
+        self
+    }
+
+    /// Add commands.
+    pub fn commands(mut self, commands: impl IntoIterator<Item = CommandSpec>) -> Self {
+        self.commands.extend(commands);
+        self
+    }
+
+    /// Add an Intent provider.
+    pub fn intent_provider(mut self, provider: IntentProvider) -> Self {
+        self.intent_providers.push(provider);
+        self
+    }
+}
+
+impl IntentProvider {
+    /// An Intent provider with no actions or streams yet.
+    pub fn new(platform: impl Into<String>, provider: impl Into<String>, target_schema: Value, observe: IntentCall, summarize: IntentSummarize) -> Self {
+        IntentProvider { platform: platform.into(), provider: provider.into(), default: false, target_schema, observe, summarize, actions: Vec::new(), streams: Vec::new() }
+    }
+
+    /// Chosen when `start` names no provider for its platform.
+    pub fn default_for_platform(mut self) -> Self {
+        self.default = true;
+        self
+    }
+
+    pub fn action(mut self, action: IntentAction) -> Self {
+        self.actions.push(action);
+        self
+    }
+
+    pub fn stream(mut self, stream: IntentStream) -> Self {
+        self.streams.push(stream);
+        self
+    }
+}
+
+impl IntentCall {
+    pub fn new(command: impl Into<String>, arguments: Value) -> Self {
+        IntentCall { command: command.into(), arguments }
+    }
+}
+
+fn strings<I: IntoIterator<Item = S>, S: Into<String>>(items: I) -> Vec<String> {
+    items.into_iter().map(Into::into).collect()
+}
+
+fn pairs<I: IntoIterator<Item = (A, B)>, A: Into<String>, B: Into<String>>(items: I) -> std::collections::BTreeMap<String, String> {
+    items.into_iter().map(|(a, b)| (a.into(), b.into())).collect()
+}
+
+impl IntentSummarize {
+    /// Elements at pointer `elements`, identified within one observation by `element_id`.
+    pub fn new(elements: impl Into<String>, element_id: impl Into<String>) -> Self {
+        IntentSummarize {
+            elements: elements.into(),
+            element_id: element_id.into(),
+            identity_fields: Vec::new(),
+            node_fields: Vec::new(),
+            selector_fields: Default::default(),
+            page: Default::default(),
+            body_text: None,
+            source_truncated: None,
+        }
+    }
+    pub fn identity_fields<I: IntoIterator<Item = S>, S: Into<String>>(mut self, fields: I) -> Self {
+        self.identity_fields = strings(fields);
+        self
+    }
+    pub fn node_fields<I: IntoIterator<Item = S>, S: Into<String>>(mut self, fields: I) -> Self {
+        self.node_fields = strings(fields);
+        self
+    }
+    /// Selector key → element field.
+    pub fn selector_fields<I: IntoIterator<Item = (A, B)>, A: Into<String>, B: Into<String>>(mut self, fields: I) -> Self {
+        self.selector_fields = pairs(fields);
+        self
+    }
+    /// Summary `page` field → pointer into the observation.
+    pub fn page<I: IntoIterator<Item = (A, B)>, A: Into<String>, B: Into<String>>(mut self, fields: I) -> Self {
+        self.page = pairs(fields);
+        self
+    }
+    pub fn body_text(mut self, pointer: impl Into<String>) -> Self {
+        self.body_text = Some(pointer.into());
+        self
+    }
+    pub fn source_truncated(mut self, pointer: impl Into<String>) -> Self {
+        self.source_truncated = Some(pointer.into());
+        self
+    }
+}
+
+impl IntentAction {
+    pub fn new(action: impl Into<String>, command: impl Into<String>, arguments_template: Value, schema: Value) -> Self {
+        IntentAction { action: action.into(), command: command.into(), arguments_template, schema }
+    }
+}
+
+impl IntentStream {
+    pub fn new(stream: impl Into<String>, command: impl Into<String>, arguments: Value) -> Self {
+        IntentStream { stream: stream.into(), command: command.into(), arguments, watermark: None, coverage: None, records: None, next: None }
+    }
+    pub fn records(mut self, pointer: impl Into<String>) -> Self {
+        self.records = Some(pointer.into());
+        self
+    }
+    pub fn next(mut self, continuation: Value) -> Self {
+        self.next = Some(continuation);
+        self
+    }
+    pub fn watermark(mut self, pointer: impl Into<String>) -> Self {
+        self.watermark = Some(pointer.into());
+        self
+    }
+    pub fn coverage(mut self, pointer: impl Into<String>) -> Self {
+        self.coverage = Some(pointer.into());
+        self
     }
 }
 
@@ -169,6 +313,7 @@ pub enum Mutation {
 /// One command as advertised in a manifest (and by host built-ins).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct CommandSpec {
     pub command: String,
     pub domain: String,
@@ -210,9 +355,132 @@ pub struct CommandSpec {
     pub input_schema: Value,
 }
 
+/// Default `timeoutMs` of a [`CommandSpec`] built with [`CommandSpec::query`] or
+/// [`CommandSpec::mutation`], and its default maximum.
+pub const DEFAULT_TIMEOUT_MS: u64 = 5_000;
+pub const DEFAULT_MAX_TIMEOUT_MS: u64 = 30_000;
+
+/// Builder. A provider usually writes
+/// `CommandSpec::mutation("tap").platform("android").target_key("serial").permission("app.interact")`;
+/// what is not set keeps the default: role `capability`, domain = platform, target
+/// kind `host`, timeouts 5 s / 30 s, an empty closed object schema.
+impl CommandSpec {
+    fn base(command: impl Into<String>, mutation: Mutation) -> Self {
+        CommandSpec {
+            command: command.into(),
+            domain: String::new(),
+            summary: String::new(),
+            platform: String::new(),
+            role: "capability".to_string(),
+            target_kind: "host".to_string(),
+            script_permission: None,
+            mutation,
+            mutating_operations: Vec::new(),
+            execution_schemas: Vec::new(),
+            target_key: Vec::new(),
+            lane: None,
+            device_key: Vec::new(),
+            default_timeout_ms: DEFAULT_TIMEOUT_MS,
+            max_timeout_ms: DEFAULT_MAX_TIMEOUT_MS,
+            input_schema: serde_json::json!({"type": "object", "additionalProperties": false, "properties": {}}),
+        }
+    }
+
+    /// A command that never changes the target (`mutation: none`).
+    pub fn query(command: impl Into<String>) -> Self {
+        Self::base(command, Mutation::None)
+    }
+
+    /// A command that always changes the target (`mutation: always`).
+    pub fn mutation(command: impl Into<String>) -> Self {
+        Self::base(command, Mutation::Always)
+    }
+
+    /// A command that mutates only for the given `operation` values.
+    pub fn conditional<I: IntoIterator<Item = S>, S: Into<String>>(command: impl Into<String>, mutating_operations: I) -> Self {
+        let mut s = Self::base(command, Mutation::Conditional);
+        s.mutating_operations = strings(mutating_operations);
+        s
+    }
+
+    pub fn summary(mut self, summary: impl Into<String>) -> Self {
+        self.summary = summary.into();
+        self
+    }
+
+    /// The platform; also the domain unless [`CommandSpec::domain`] sets another.
+    pub fn platform(mut self, platform: impl Into<String>) -> Self {
+        self.platform = platform.into();
+        if self.domain.is_empty() {
+            self.domain = self.platform.clone();
+        }
+        self
+    }
+
+    pub fn domain(mut self, domain: impl Into<String>) -> Self {
+        self.domain = domain.into();
+        self
+    }
+
+    /// capability | expert | execution | evidence
+    pub fn role(mut self, role: impl Into<String>) -> Self {
+        self.role = role.into();
+        self
+    }
+
+    pub fn target_kind(mut self, target_kind: impl Into<String>) -> Self {
+        self.target_kind = target_kind.into();
+        self
+    }
+
+    /// The Script permission that allows calling this command from Script.
+    pub fn permission(mut self, permission: impl Into<String>) -> Self {
+        self.script_permission = Some(permission.into());
+        self
+    }
+
+    /// Add an argument whose value is part of the admission key.
+    pub fn target_key(mut self, argument: impl Into<String>) -> Self {
+        self.target_key.push(argument.into());
+        self
+    }
+
+    pub fn lane(mut self, lane: impl Into<String>) -> Self {
+        self.lane = Some(lane.into());
+        self
+    }
+
+    /// Add an argument naming the physical device whose ownership journal guards
+    /// this command's mutations.
+    pub fn device_key(mut self, argument: impl Into<String>) -> Self {
+        self.device_key.push(argument.into());
+        self
+    }
+
+    /// Add the schema id of an execution record this command produces.
+    pub fn execution_schema(mut self, schema: impl Into<String>) -> Self {
+        self.execution_schemas.push(schema.into());
+        self
+    }
+
+    /// Default and maximum `timeoutMs`.
+    pub fn timeouts(mut self, default_ms: u64, max_ms: u64) -> Self {
+        self.default_timeout_ms = default_ms;
+        self.max_timeout_ms = max_ms;
+        self
+    }
+
+    /// JSON Schema of the command's own arguments (a closed object schema).
+    pub fn input_schema(mut self, schema: Value) -> Self {
+        self.input_schema = schema;
+        self
+    }
+}
+
 /// One call of a command, as the plugin receives it (arguments already validated).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct Invocation {
     pub schema: String,
     pub command: String,
@@ -226,6 +494,62 @@ pub struct Invocation {
     /// The caller's working directory (absolute).
     pub cwd: String,
     pub timeout_ms: u64,
+    /// The caller's `feedback` execution option, if given. Host execution options
+    /// (`requestId`, `feedback`, `timeoutMs`) travel here, never inside `arguments`,
+    /// so a provider's argument type can `deny_unknown_fields`. Hosts before this
+    /// field left them in `arguments`; [`Invocation::lift_host_options`] moves them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<Value>,
+}
+
+/// Execution options the host adds to every command's schema; they are the host's,
+/// never a command's own arguments.
+pub const HOST_OPTIONS: [&str; 3] = ["requestId", "feedback", "timeoutMs"];
+
+impl Invocation {
+    /// An invocation of `command` (tests and hosts; plugins receive them).
+    pub fn new(command: impl Into<String>, arguments: Value, action_id: impl Into<String>, runtime_epoch: impl Into<String>, cwd: impl Into<String>, timeout_ms: u64) -> Self {
+        Invocation {
+            schema: INVOCATION_SCHEMA.to_string(),
+            command: command.into(),
+            arguments,
+            action_id: action_id.into(),
+            runtime_epoch: runtime_epoch.into(),
+            request_id: None,
+            cwd: cwd.into(),
+            timeout_ms,
+            feedback: None,
+        }
+    }
+
+    pub fn with_request_id(mut self, request_id: Option<String>) -> Self {
+        self.request_id = request_id;
+        self
+    }
+
+    pub fn with_feedback(mut self, feedback: Option<Value>) -> Self {
+        self.feedback = feedback;
+        self
+    }
+
+    /// Move host execution options out of `arguments` into their invocation fields
+    /// (a field already set wins). The host does this before sending; the SDK does it
+    /// again on receipt so invocations from older hosts look the same.
+    pub fn lift_host_options(&mut self) {
+        let Some(args) = self.arguments.as_object_mut() else { return };
+        if let Some(v) = args.remove("requestId") {
+            if self.request_id.is_none() {
+                self.request_id = v.as_str().map(str::to_string);
+            }
+        }
+        if let Some(v) = args.remove("feedback") {
+            if self.feedback.is_none() {
+                self.feedback = Some(v);
+            }
+        }
+        // The host already turned `timeoutMs` into `timeout_ms` (the deadline).
+        args.remove("timeoutMs");
+    }
 }
 
 /// What a provider returns on success.
@@ -240,6 +564,7 @@ pub enum Reply {
 /// the dispatch mark unless the provider sets `dispatched` explicitly.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ProviderError {
     pub error: String,
     pub message: String,
@@ -320,5 +645,40 @@ impl Outcome {
         serde_json::to_string(self).unwrap_or_else(|_| {
             format!(r#"{{"schema":"{OUTCOME_SCHEMA}","ok":false,"error":{{"error":"plugin_output_invalid","message":"outcome could not be serialised"}}}}"#)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifest_new_requires_only_what_every_1x_host_provides() {
+        let req = semver::VersionReq::parse(&Manifest::new("p", "1.0.0").plugin_api).unwrap();
+        // The oldest host of this major, and this crate.
+        assert!(req.matches(&semver::Version::new(1, 0, 0)));
+        assert!(req.matches(&semver::Version::parse(PLUGIN_API_VERSION).unwrap()));
+        assert!(!req.matches(&semver::Version::new(2, 0, 0)));
+    }
+
+    #[test]
+    fn command_spec_builder_fills_the_shared_defaults() {
+        let s = CommandSpec::mutation("tap").platform("android").target_key("serial").device_key("serial").permission("app.interact").summary("Tap");
+        assert_eq!((s.domain.as_str(), s.role.as_str(), s.mutation), ("android", "capability", Mutation::Always));
+        assert_eq!((s.target_key.clone(), s.device_key.clone(), s.script_permission.as_deref()), (vec!["serial".to_string()], vec!["serial".to_string()], Some("app.interact")));
+        assert_eq!((s.default_timeout_ms, s.max_timeout_ms), (DEFAULT_TIMEOUT_MS, DEFAULT_MAX_TIMEOUT_MS));
+        assert_eq!(s.input_schema["additionalProperties"], serde_json::json!(false));
+        let q = CommandSpec::query("status").domain("diagnostics").platform("fixture");
+        assert_eq!((q.domain.as_str(), q.mutation), ("diagnostics", Mutation::None));
+        let c = CommandSpec::conditional("runtime", ["stop"]);
+        assert_eq!(c.mutating_operations, vec!["stop".to_string()]);
+    }
+
+    #[test]
+    fn host_options_move_out_of_arguments() {
+        let mut inv = Invocation::new("x", serde_json::json!({"a": 1, "requestId": "r1", "feedback": "off", "timeoutMs": 5}), "act", "epoch", "/", 5);
+        inv.lift_host_options();
+        assert_eq!(inv.arguments, serde_json::json!({"a": 1}));
+        assert_eq!((inv.request_id.as_deref(), inv.feedback.clone()), (Some("r1"), Some(serde_json::json!("off"))));
     }
 }

@@ -8,30 +8,163 @@
 use std::cell::RefCell;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
 use std::sync::{Once, OnceLock};
 use std::time::Duration;
 
 use abi_stable::std_types::{RResult, RStr, RString};
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::abi::{HostCallbacksRef, level};
-use crate::protocol::{INVOCATION_SCHEMA, Invocation, Manifest, Outcome, ProviderError, Reply};
+use crate::protocol::{CommandSpec, INVOCATION_SCHEMA, Invocation, Manifest, Outcome, ProviderError, Reply};
 
 /// A platform provider. One value per loaded plugin, shared by concurrent calls.
-pub trait Provider: Send + Sync + 'static {
-    /// The manifest; called once at load time.
+///
+/// A provider lists its commands once, in [`Provider::commands`]: each [`Command`]
+/// carries its spec and its handler, and the SDK derives both the manifest's
+/// `commands` and the dispatch from that list, so the two cannot drift.
+/// [`Provider::manifest`] then only names the plugin (name, version, platforms,
+/// features, Intent providers). Providers written before `commands` existed
+/// implement [`Provider::invoke`] and list specs in the manifest themselves; that
+/// still works, and both styles can be mixed (listed commands are dispatched first).
+pub trait Provider: Send + Sync + Sized + 'static {
+    /// The manifest without the commands of [`Provider::commands`]; called once at
+    /// load time.
     fn manifest(&self) -> Manifest;
 
-    /// Execute one validated command. Call [`Context::mark_dispatched`] right before
-    /// the first externally visible effect.
-    fn invoke(&self, ctx: &Context<'_>, invocation: Invocation) -> impl Future<Output = Result<Reply, ProviderError>>;
+    /// The typed commands; called once at load time.
+    fn commands(&self) -> Commands<Self> {
+        Commands::new()
+    }
+
+    /// Execute a validated command not listed in [`Provider::commands`]. Call
+    /// [`Context::mark_dispatched`] right before the first externally visible effect.
+    /// The default answers `unknown_command`.
+    fn invoke(&self, ctx: &Context<'_>, invocation: Invocation) -> impl Future<Output = Result<Reply, ProviderError>> {
+        let _ = ctx;
+        async move { Err(ProviderError::new(crate::codes::UNKNOWN_COMMAND, format!("this plugin has no command `{}`", invocation.command)).not_dispatched()) }
+    }
 
     /// Optional hooks by method name (e.g. `reconcile`). The default refuses.
     fn hook(&self, ctx: &Context<'_>, method: &str, request: Value) -> impl Future<Output = Result<Value, ProviderError>> {
         let _ = ctx;
         let _ = request;
         let method = method.to_string();
-        async move { Err(ProviderError::new("unsupported_plugin_method", format!("plugin does not implement `{method}`")).not_dispatched()) }
+        async move { Err(ProviderError::new(crate::codes::UNSUPPORTED_PLUGIN_METHOD, format!("plugin does not implement `{method}`")).not_dispatched()) }
+    }
+}
+
+/// One command: its spec and its handler, with typed arguments.
+///
+/// `Args` is deserialised from the invocation's `arguments` after the host validated
+/// them against the spec's `inputSchema`; host execution options (`requestId`,
+/// `feedback`, `timeoutMs`) are never among them (they are [`Invocation`] fields),
+/// so `#[serde(deny_unknown_fields)]` works and keeps the type and the schema honest.
+///
+/// ```ignore
+/// struct Tap;
+/// #[derive(serde::Deserialize)]
+/// #[serde(deny_unknown_fields, rename_all = "camelCase")]
+/// struct TapArgs { serial: String, x: u32, y: u32 }
+/// impl Command for Tap {
+///     type Provider = MyProvider;
+///     type Args = TapArgs;
+///     fn spec() -> CommandSpec { CommandSpec::mutation("tap").platform("android").device_key("serial") /* ... */ }
+///     async fn run(p: &MyProvider, ctx: &Context<'_>, inv: &Invocation, args: TapArgs) -> Result<Reply, ProviderError> { /* ... */ }
+/// }
+/// ```
+pub trait Command: Send + Sync + 'static {
+    type Provider: Provider;
+    type Args: DeserializeOwned + 'static;
+
+    fn spec() -> CommandSpec;
+
+    /// Execute one validated call. Call [`Context::mark_dispatched`] right before
+    /// the first externally visible effect.
+    fn run(provider: &Self::Provider, ctx: &Context<'_>, invocation: &Invocation, args: Self::Args) -> impl Future<Output = Result<Reply, ProviderError>>;
+}
+
+type Handler<P> = for<'a> fn(&'a P, &'a Context<'a>, &'a Invocation) -> Pin<Box<dyn Future<Output = Result<Reply, ProviderError>> + 'a>>;
+
+/// A provider's command list: spec and handler per command (see [`Command`]).
+pub struct Commands<P> {
+    entries: Vec<(CommandSpec, Handler<P>)>,
+}
+
+impl<P> Default for Commands<P> {
+    fn default() -> Self {
+        Commands { entries: Vec::new() }
+    }
+}
+
+impl<P: Provider> Commands<P> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add one command.
+    pub fn add<C: Command<Provider = P>>(mut self) -> Self {
+        self.entries.push((C::spec(), run_typed::<C>));
+        self
+    }
+
+    /// The specs, in the order added.
+    pub fn specs(&self) -> impl Iterator<Item = &CommandSpec> {
+        self.entries.iter().map(|(s, _)| s)
+    }
+
+    /// Run the listed command `invocation.command`; `None` when it is not listed.
+    pub async fn dispatch(&self, provider: &P, ctx: &Context<'_>, invocation: &Invocation) -> Option<Result<Reply, ProviderError>> {
+        let (_, run) = self.entries.iter().find(|(s, _)| s.command == invocation.command)?;
+        Some(run(provider, ctx, invocation).await)
+    }
+}
+
+/// Deserialise a command's typed arguments. The host validated them against the
+/// command's schema, so a failure here means the schema and the type disagree: a
+/// provider bug, reported before anything was dispatched.
+pub fn parse_arguments<A: DeserializeOwned>(invocation: &Invocation) -> Result<A, ProviderError> {
+    let arguments = if invocation.arguments.is_null() { Value::Object(Default::default()) } else { invocation.arguments.clone() };
+    serde_json::from_value(arguments).map_err(|e| {
+        ProviderError::new(crate::codes::PLUGIN_ARGUMENTS_MISMATCH, format!("`{}`: arguments do not match the provider's argument type: {e}", invocation.command)).not_dispatched()
+    })
+}
+
+fn run_typed<'a, C: Command>(provider: &'a C::Provider, ctx: &'a Context<'a>, invocation: &'a Invocation) -> Pin<Box<dyn Future<Output = Result<Reply, ProviderError>> + 'a>> {
+    Box::pin(async move {
+        let args = parse_arguments::<C::Args>(invocation)?;
+        C::run(provider, ctx, invocation, args).await
+    })
+}
+
+/// What the SDK keeps per loaded plugin: the provider and its command list.
+#[doc(hidden)]
+pub struct Loaded<P> {
+    provider: P,
+    commands: Commands<P>,
+}
+
+impl<P: Provider> Loaded<P> {
+    fn new(provider: P) -> Self {
+        let commands = provider.commands();
+        Loaded { provider, commands }
+    }
+
+    /// The full manifest: [`Provider::manifest`] plus the listed commands' specs.
+    pub fn manifest(&self) -> Manifest {
+        let mut m = self.provider.manifest();
+        m.commands.extend(self.commands.specs().cloned());
+        m
+    }
+
+    pub async fn invoke(&self, ctx: &Context<'_>, mut invocation: Invocation) -> Result<Reply, ProviderError> {
+        // Older hosts sent the execution options inside `arguments`.
+        invocation.lift_host_options();
+        match self.commands.dispatch(&self.provider, ctx, &invocation).await {
+            Some(result) => result,
+            None => self.provider.invoke(ctx, invocation).await,
+        }
     }
 }
 
@@ -74,6 +207,32 @@ impl<'a> Context<'a> {
         host_call(self.host, method, params)
     }
 
+    /// What the host offers (`host.info`, asked once per plugin and cached):
+    /// `ctx.host().supports("facts.append")`.
+    pub fn host(&self) -> crate::host::HostInfo {
+        crate::host::host_info(self)
+    }
+
+    /// The plugin's private directory for its own execution tables, if the host
+    /// gave one (`host.info` `dataDir`).
+    pub fn data_dir(&self) -> Option<std::path::PathBuf> {
+        self.host().data_dir
+    }
+
+    /// The host's FactStore (typed `facts.append` / `facts.read`).
+    pub fn facts(&self) -> crate::host::Facts<'_, 'a> {
+        crate::host::Facts::new(self)
+    }
+
+    /// Log at a level (`abi::level`); the host writes it to its runtime log.
+    pub fn warn(&self, message: &str) {
+        self.log(level::WARN, message)
+    }
+
+    pub fn debug(&self, message: &str) {
+        self.log(level::DEBUG, message)
+    }
+
     /// A handle to the host's JSON services that outlives this call, for work the
     /// plugin does between calls (e.g. committing capture records the moment they
     /// arrive). It carries no deadline or cancellation of its own: those belong to
@@ -109,8 +268,8 @@ impl HostHandle {
 fn host_call(host: &HostCallbacksRef, method: &str, params: &Value) -> Result<Value, ProviderError> {
     let params = params.to_string();
     match host.call(RStr::from_str(method), RStr::from_str(&params)) {
-        RResult::ROk(s) => serde_json::from_str(s.as_str()).map_err(|e| ProviderError::new("host_protocol_error", format!("host returned invalid JSON: {e}"))),
-        RResult::RErr(s) => Err(serde_json::from_str::<ProviderError>(s.as_str()).unwrap_or_else(|_| ProviderError::new("host_call_failed", s.to_string()))),
+        RResult::ROk(s) => serde_json::from_str(s.as_str()).map_err(|e| ProviderError::new(crate::codes::HOST_PROTOCOL_ERROR, format!("host returned invalid JSON: {e}"))),
+        RResult::RErr(s) => Err(serde_json::from_str::<ProviderError>(s.as_str()).unwrap_or_else(|_| ProviderError::new(crate::codes::HOST_CALL_FAILED, s.to_string()))),
     }
 }
 
@@ -156,32 +315,32 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 }
 
 #[doc(hidden)]
-pub fn __manifest<P: Provider>(provider: &OnceLock<P>, make: fn() -> P) -> RString {
+pub fn __manifest<P: Provider>(provider: &OnceLock<Loaded<P>>, make: fn() -> P) -> RString {
     install_quiet_panic_hook();
     let result = catch_unwind(AssertUnwindSafe(|| {
-        let p = provider.get_or_init(make);
-        serde_json::to_string(&p.manifest()).unwrap_or_else(|e| Outcome::failure("plugin_manifest_invalid", e.to_string()).to_json())
+        let p = provider.get_or_init(|| Loaded::new(make()));
+        serde_json::to_string(&p.manifest()).unwrap_or_else(|e| Outcome::failure(crate::codes::PLUGIN_MANIFEST_INVALID, e.to_string()).to_json())
     }));
     match result {
         Ok(s) => RString::from(s),
-        Err(_) => RString::from(Outcome::failure("plugin_panic", take_panic_message()).to_json()),
+        Err(_) => RString::from(Outcome::failure(crate::codes::PLUGIN_PANIC, take_panic_message()).to_json()),
     }
 }
 
 #[doc(hidden)]
-pub fn __call<P: Provider>(provider: &OnceLock<P>, make: fn() -> P, method: RStr<'_>, request: RStr<'_>, host: &HostCallbacksRef) -> RString {
+pub fn __call<P: Provider>(provider: &OnceLock<Loaded<P>>, make: fn() -> P, method: RStr<'_>, request: RStr<'_>, host: &HostCallbacksRef) -> RString {
     install_quiet_panic_hook();
     let result = catch_unwind(AssertUnwindSafe(|| {
-        let p = provider.get_or_init(make);
+        let p = provider.get_or_init(|| Loaded::new(make()));
         let ctx = Context::new(host);
         match method.as_str() {
             "invoke" => {
                 let invocation: Invocation = match serde_json::from_str(request.as_str()) {
                     Ok(i) => i,
-                    Err(e) => return Outcome::failure("plugin_protocol_error", format!("invalid invocation: {e}")).to_json(),
+                    Err(e) => return Outcome::failure(crate::codes::PLUGIN_PROTOCOL_ERROR, format!("invalid invocation: {e}")).to_json(),
                 };
                 if invocation.schema != INVOCATION_SCHEMA {
-                    return Outcome::failure("plugin_protocol_error", format!("unsupported invocation schema `{}`", invocation.schema)).to_json();
+                    return Outcome::failure(crate::codes::PLUGIN_PROTOCOL_ERROR, format!("unsupported invocation schema `{}`", invocation.schema)).to_json();
                 }
                 let result = runtime().block_on(p.invoke(&ctx, invocation));
                 Outcome::from_result(result).to_json()
@@ -189,16 +348,16 @@ pub fn __call<P: Provider>(provider: &OnceLock<P>, make: fn() -> P, method: RStr
             other => {
                 let request: Value = match serde_json::from_str(request.as_str()) {
                     Ok(v) => v,
-                    Err(e) => return Outcome::failure("plugin_protocol_error", format!("invalid request: {e}")).to_json(),
+                    Err(e) => return Outcome::failure(crate::codes::PLUGIN_PROTOCOL_ERROR, format!("invalid request: {e}")).to_json(),
                 };
-                let result = runtime().block_on(p.hook(&ctx, other, request));
+                let result = runtime().block_on(p.provider.hook(&ctx, other, request));
                 Outcome::from_result(result.map(Reply::Json)).to_json()
             }
         }
     }));
     match result {
         Ok(s) => RString::from(s),
-        Err(_) => RString::from(Outcome::failure("plugin_panic", take_panic_message()).to_json()),
+        Err(_) => RString::from(Outcome::failure(crate::codes::PLUGIN_PANIC, take_panic_message()).to_json()),
     }
 }
 
@@ -217,7 +376,7 @@ macro_rules! export_provider {
         #[unsafe(no_mangle)]
         pub static AAB_PLUGIN_ABI_MAJOR: u32 = $crate::abi::ABI_MAJOR;
 
-        static __AAB_PROVIDER: ::std::sync::OnceLock<$provider> = ::std::sync::OnceLock::new();
+        static __AAB_PROVIDER: ::std::sync::OnceLock<$crate::sdk::Loaded<$provider>> = ::std::sync::OnceLock::new();
 
         fn __aab_make() -> $provider {
             ($make)()

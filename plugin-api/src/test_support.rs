@@ -1,62 +1,135 @@
-//! Run a provider under the real host loader in a plugin crate's own tests.
+//! Run a provider under the real host loader in a plugin crate's own tests, with
+//! the host's rules: [`TestPlugin::load`] refuses a manifest [`Manifest::check`]
+//! refuses (the host loader calls the same function), and calls get in-memory host
+//! services — `host.info` (with a private temporary data dir), `facts.append` /
+//! `facts.read`, `host.time`, `host.echo` — so a provider's tests exercise the same
+//! service paths as in the runtime.
 //!
 //! ```ignore
 //! let plugin = aab_plugin_api::test_support::TestPlugin::load(path_to_cdylib)?;
-//! let outcome = plugin.invoke("my-command", serde_json::json!({}))?;
+//! let outcome = plugin.invoke("my-command", serde_json::json!({}));
+//! let answer = plugin.hook("reconcile", serde_json::json!({"serial": "s", "pending": {}}));
 //! ```
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::loader::{self, CallState, LoadError, LoadedModule};
-use crate::protocol::{INVOCATION_SCHEMA, Invocation, Manifest, Outcome};
+use crate::protocol::{Invocation, Manifest, Outcome};
 
-/// A plugin loaded through the host's loader, invoked with a minimal host context.
+/// A plugin loaded through the host's loader, invoked with an in-memory host.
 pub struct TestPlugin {
     module: LoadedModule,
     pub manifest: Manifest,
+    host: Arc<MemoryHost>,
+}
+
+/// The in-memory host services of one [`TestPlugin`].
+pub struct MemoryHost {
+    plugin: String,
+    data_dir: PathBuf,
+    /// `stream/key` → records in append order (sequence = index + 1 across all keys).
+    facts: Mutex<(u64, BTreeMap<String, Vec<(u64, Value, u64)>>)>,
+    /// Log lines the plugin sent: (level, message).
+    pub logs: Mutex<Vec<(u8, String)>>,
+}
+
+impl MemoryHost {
+    fn new(plugin: &str) -> Self {
+        let data_dir = std::env::temp_dir().join(format!("aab-test-plugin-{}-{}-{}", plugin, std::process::id(), crate::protocol::PLUGIN_API_VERSION));
+        MemoryHost { plugin: plugin.to_string(), data_dir, facts: Mutex::new((0, BTreeMap::new())), logs: Mutex::new(Vec::new()) }
+    }
+
+    fn service(&self, method: &str, params: &str) -> Result<String, String> {
+        let params: Value = serde_json::from_str(params).map_err(|e| json!({"error": crate::codes::INVALID_ARGUMENT, "message": format!("params are not JSON: {e}")}).to_string())?;
+        let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+        let key = || format!("{}/{}", params.get("stream").and_then(Value::as_str).unwrap_or(""), params.get("key").and_then(Value::as_str).unwrap_or(""));
+        let reply = match method {
+            "host.info" => {
+                let dir = std::fs::create_dir_all(&self.data_dir).ok().map(|_| self.data_dir.display().to_string());
+                json!({"hostVersion": "test", "pluginApi": crate::protocol::PLUGIN_API_VERSION, "runtimeId": "test-epoch", "plugin": self.plugin,
+                       "dataDir": dir, "services": crate::host::BASELINE_SERVICES, "features": ["invocation-host-options"]})
+            }
+            "host.time" => json!({"unixMs": now_ms}),
+            "host.echo" => json!({"params": params}),
+            "facts.append" => {
+                let record = params.get("record").filter(|r| r.is_object()).cloned().ok_or_else(|| json!({"error": crate::codes::INVALID_ARGUMENT, "message": "`record` must be an object", "field": "record"}).to_string())?;
+                let mut facts = self.facts.lock().unwrap_or_else(|p| p.into_inner());
+                facts.0 += 1;
+                let seq = facts.0;
+                facts.1.entry(key()).or_default().push((seq, record, now_ms));
+                json!({"sequence": seq, "receiptId": format!("test-receipt-{seq}"), "committedAtMs": now_ms})
+            }
+            "facts.read" => {
+                let after = params.get("afterSequence").and_then(Value::as_u64).unwrap_or(0);
+                let limit = params.get("limit").and_then(Value::as_u64).unwrap_or(100).clamp(1, 1000) as usize;
+                let facts = self.facts.lock().unwrap_or_else(|p| p.into_inner());
+                let key_name = params.get("key").and_then(Value::as_str).unwrap_or("");
+                let all: Vec<&(u64, Value, u64)> = facts.1.get(&key()).map(|v| v.iter().filter(|(s, _, _)| *s > after).collect()).unwrap_or_default();
+                let page: Vec<Value> = all.iter().take(limit).map(|(s, r, t)| json!({"sequence": s, "key": key_name, "record": r, "committedAtMs": t})).collect();
+                let next = all.iter().take(limit).last().map(|(s, _, _)| *s).unwrap_or(after);
+                json!({"records": page, "nextSequence": next, "hasMore": all.len() > limit, "gap": null, "expired": false})
+            }
+            other => return Err(json!({"error": crate::codes::UNSUPPORTED_HOST_SERVICE, "message": format!("test host has no `{other}`")}).to_string()),
+        };
+        Ok(reply.to_string())
+    }
 }
 
 impl TestPlugin {
+    /// Load through the host's loader and apply [`Manifest::check`], like the host.
     pub fn load(path: &Path) -> Result<Self, LoadError> {
         let module = loader::load(path)?;
         let manifest = module.manifest()?;
-        Ok(TestPlugin { module, manifest })
+        manifest.check().map_err(|p| LoadError { code: crate::codes::PLUGIN_MANIFEST_INVALID, message: p.to_string() })?;
+        let host = Arc::new(MemoryHost::new(&manifest.name));
+        Ok(TestPlugin { module, manifest, host })
     }
 
-    /// Invoke a command with a 10 s deadline; returns the outcome and whether the
-    /// plugin marked dispatch.
+    /// The in-memory host (facts written, log lines received).
+    pub fn host(&self) -> &MemoryHost {
+        &self.host
+    }
+
+    /// Invoke a command with a 10 s deadline; the outcome says whether the plugin
+    /// marked dispatch.
     pub fn invoke(&self, command: &str, arguments: Value) -> Outcome {
         self.invoke_with(command, arguments, Duration::from_secs(10), Arc::new(AtomicBool::new(false)))
     }
 
     pub fn invoke_with(&self, command: &str, arguments: Value, timeout: Duration, cancelled: Arc<AtomicBool>) -> Outcome {
         let dispatched = Arc::new(AtomicBool::new(false));
-        let host = loader::host_callbacks(CallState {
-            deadline: Instant::now() + timeout,
-            cancelled,
-            dispatched: dispatched.clone(),
-            logger: Box::new(|_, _| {}),
-            service: Box::new(|method, _| Err(format!(r#"{{"error":"unsupported_host_service","message":"test host has no `{method}`"}}"#))),
-        });
-        let invocation = Invocation {
-            schema: INVOCATION_SCHEMA.into(),
-            command: command.into(),
-            arguments,
-            action_id: "test-action".into(),
-            runtime_epoch: "test-epoch".into(),
-            request_id: None,
-            cwd: std::env::current_dir().map(|p| p.display().to_string()).unwrap_or_else(|_| "/".into()),
-            timeout_ms: timeout.as_millis() as u64,
-        };
+        let host = self.callbacks(timeout, cancelled, dispatched.clone());
+        let cwd = std::env::current_dir().map(|p| p.display().to_string()).unwrap_or_else(|_| "/".into());
+        let mut invocation = Invocation::new(command, arguments, "test-action", "test-epoch", cwd, timeout.as_millis() as u64);
+        invocation.lift_host_options();
         let raw = self.module.call("invoke", &serde_json::to_string(&invocation).expect("invocation JSON"), &host);
-        let mut outcome: Outcome = serde_json::from_str(&raw).unwrap_or_else(|e| Outcome::failure("plugin_output_invalid", e.to_string()));
+        let mut outcome: Outcome = serde_json::from_str(&raw).unwrap_or_else(|e| Outcome::failure(crate::codes::PLUGIN_OUTPUT_INVALID, e.to_string()));
         outcome.dispatch_marked = dispatched.load(std::sync::atomic::Ordering::SeqCst);
         outcome
+    }
+
+    /// Call a hook (e.g. `reconcile` with `{serial, pending}`) with a 10 s deadline.
+    pub fn hook(&self, method: &str, request: Value) -> Outcome {
+        let host = self.callbacks(Duration::from_secs(10), Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let raw = self.module.call(method, &request.to_string(), &host);
+        serde_json::from_str(&raw).unwrap_or_else(|e| Outcome::failure(crate::codes::PLUGIN_OUTPUT_INVALID, e.to_string()))
+    }
+
+    fn callbacks(&self, timeout: Duration, cancelled: Arc<AtomicBool>, dispatched: Arc<AtomicBool>) -> crate::abi::HostCallbacksRef {
+        let (log_host, service_host) = (self.host.clone(), self.host.clone());
+        loader::host_callbacks(CallState {
+            deadline: Instant::now() + timeout,
+            cancelled,
+            dispatched,
+            logger: Box::new(move |level, message| log_host.logs.lock().unwrap_or_else(|p| p.into_inner()).push((level, message.to_string()))),
+            service: Box::new(move |method, params| service_host.service(method, params)),
+        })
     }
 }
 

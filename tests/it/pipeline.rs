@@ -1026,3 +1026,28 @@ fn request_id_reused_with_different_arguments_is_a_conflict() {
     });
     assert_eq!(lane_seq_probe(&env, lane), 4, "only the two originals and the probes ran\n{}", env.report(None));
 }
+
+/// A plugin's log lines reach the runtime's log at the level sent, and `host.info`
+/// advertises the host's services and features (what `ctx.host().supports(..)` reads).
+#[test]
+fn plugin_log_lines_reach_runtime_log_and_host_info_lists_services() {
+    let env = TestEnv::new();
+    env.install_fixtures();
+    let body = env.aab_ok(&["fixture-host", "--method", "host.info"]);
+    let info = body.pointer("/value/result").cloned().unwrap_or(Value::Null);
+    let services: Vec<&str> = info.get("services").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+    assert!(services.contains(&"facts.append") && services.contains(&"host.info"), "{body}");
+    assert!(info.get("features").and_then(Value::as_array).is_some_and(|f| f.contains(&json!("invocation-host-options"))), "{body}");
+    // The fixture logs `fixture-host: calling host service ...` at info, and
+    // `fixture-fail` logs its message at warn.
+    let _ = env.aab(&["fixture-fail", "--code", "logged_failure"]);
+    let logs: String = aab_e2e::find_files(&env.root, &|p| p.file_name().is_some_and(|n| n == "runtime.log"))
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+        .collect();
+    let line = |needle: &str| logs.lines().find(|l| l.contains(needle)).map(str::to_string);
+    let info_line = line("fixture-host: calling host service `host.info`").unwrap_or_else(|| panic!("no plugin info line in runtime.log\n{}", env.report(None)));
+    assert!(info_line.contains("INFO") && info_line.contains("fixture"), "{info_line}");
+    let warn_line = line("fixture-fail was asked to fail with `logged_failure`").unwrap_or_else(|| panic!("no plugin warn line\n{}", env.report(None)));
+    assert!(warn_line.contains("WARN"), "{warn_line}");
+}

@@ -329,3 +329,73 @@ fn claim_mode_advertises_the_claimed_command() {
     let names: Vec<&str> = plugin.manifest.commands.iter().map(|c| c.command.as_str()).collect();
     assert_eq!(names, ["misbehave", "fixture-echo"]);
 }
+
+#[test]
+fn test_plugin_offers_in_memory_host_services() {
+    let plugin = load("aab_fixture_fixture");
+    let info = expect_ok(&plugin.invoke("fixture-host", json!({"method": "host.info"})), "host.info")["result"].clone();
+    assert!(info["services"].as_array().is_some_and(|s| s.contains(&json!("facts.append"))), "{info}");
+    assert!(info["dataDir"].as_str().is_some_and(|d| Path::new(d).is_dir()), "{info}");
+    let append = |n: u64| plugin.invoke("fixture-host", json!({"method": "facts.append", "params": {"stream": "s", "key": "k", "record": {"n": n}}}));
+    let first = expect_ok(&append(1), "facts.append")["result"].clone();
+    expect_ok(&append(2), "facts.append");
+    assert_eq!(first["sequence"], json!(1), "{first}");
+    let page = expect_ok(&plugin.invoke("fixture-host", json!({"method": "facts.read", "params": {"stream": "s", "key": "k", "afterSequence": 1, "limit": 10}})), "facts.read")["result"].clone();
+    assert_eq!(page["records"].as_array().map(|r| r.iter().map(|x| x["record"]["n"].clone()).collect::<Vec<_>>()), Some(vec![json!(2)]), "{page}");
+    assert!(plugin.host().logs.lock().unwrap().iter().any(|(level, m)| *level == aab_plugin_api::abi::level::INFO && m.contains("facts.read")), "the plugin's log lines reach the test host");
+}
+
+#[test]
+fn test_plugin_calls_hooks() {
+    let plugin = load("aab_fixture_fixture");
+    let answer = expect_ok(&plugin.hook("reconcile", json!({"serial": "dev", "pending": {"actionId": "a1", "runtimeEpoch": "e"}})), "reconcile");
+    assert_eq!(answer["status"], json!("unknown"), "{answer}");
+    let outcome = plugin.hook("no-such-hook", json!({}));
+    expect_err(&outcome, aab_plugin_api::codes::UNSUPPORTED_PLUGIN_METHOD, "unknown hook");
+}
+
+#[test]
+fn test_plugin_refuses_what_the_host_refuses() {
+    for claim in ["misbehave", "Not-Kebab"] {
+        let (result, _copy) = load_misbehaving(&[("AAB_MISBEHAVE_CLAIM", claim)]);
+        let e = refused(result, Path::new(claim));
+        assert_eq!(e.code, "plugin_manifest_invalid", "{claim}: {e}");
+    }
+}
+
+#[test]
+fn typed_arguments_refuse_unknown_fields_and_host_options_are_invocation_fields() {
+    let plugin = load("aab_fixture_fixture");
+    // What an older host sent: the execution options inside `arguments`.
+    let v = expect_ok(&plugin.invoke("fixture-echo", json!({"message": "hi", "requestId": "r-1", "feedback": "off", "timeoutMs": 1234})), "echo");
+    assert_eq!((v["requestId"].clone(), v["feedback"].clone(), v["echo"].clone()), (json!("r-1"), json!("off"), json!("hi")), "{v}");
+    // An argument the type does not know (the host's schema would have refused it).
+    let outcome = plugin.invoke("fixture-echo", json!({"message": "hi", "colour": "red"}));
+    let e = expect_err(&outcome, aab_plugin_api::codes::PLUGIN_ARGUMENTS_MISMATCH, "unknown field");
+    assert!(e.message.contains("colour") && e.dispatched == Some(false), "{e:?}");
+}
+
+/// Each in-tree plugin's manifest JSON is pinned in tests/snapshots/, so a change of a
+/// public command contract shows up in review. `AAB_UPDATE_SNAPSHOTS=1` rewrites them.
+#[test]
+fn manifests_match_their_snapshots() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("snapshots");
+    let update = std::env::var("AAB_UPDATE_SNAPSHOTS").is_ok_and(|v| v == "1");
+    let mut stale = Vec::new();
+    for (krate, name) in [("aab_plugin_web", "web"), ("aab_fixture_fixture", "fixture"), ("aab_fixture_misbehaving", "misbehaving")] {
+        let plugin = if name == "misbehaving" { misbehaving() } else { load(krate) };
+        let mut actual = serde_json::to_string_pretty(&plugin.manifest).expect("manifest JSON");
+        actual.push('\n');
+        let path = dir.join(format!("{name}.manifest.json"));
+        if update {
+            std::fs::create_dir_all(&dir).expect("snapshot dir");
+            std::fs::write(&path, &actual).expect("write snapshot");
+            continue;
+        }
+        let expected = std::fs::read_to_string(&path).unwrap_or_default();
+        if expected != actual {
+            stale.push(path.display().to_string());
+        }
+    }
+    assert!(stale.is_empty(), "manifests changed: {stale:?}; review the diff and rerun with AAB_UPDATE_SNAPSHOTS=1");
+}

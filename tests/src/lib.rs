@@ -662,7 +662,7 @@ fn tail(s: &str, max: usize) -> String {
     format!("... ({start} earlier bytes)\n{}", &s[start..])
 }
 
-fn find_files(dir: &Path, pred: &dyn Fn(&Path) -> bool) -> Vec<PathBuf> {
+pub fn find_files(dir: &Path, pred: &dyn Fn(&Path) -> bool) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {

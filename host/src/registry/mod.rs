@@ -24,24 +24,10 @@ use serde_json::{Map, Value, json};
 
 use crate::error::CommandError;
 
-/// The 11 command domains, in presentation order, with what each groups.
-pub const DOMAINS: [(&str, &str); 11] = [
-    ("execution", "Long-running host operations: runtime control, Intent and Script sessions, device ownership"),
-    ("evidence", "Evidence archives and stored response snapshots"),
-    ("core", "Read-only app state: status, UI trees, screenshots, logs, network, state and events"),
-    ("app", "App lifecycle and permissions: install, launch, clear data, grant and revoke"),
-    ("action", "UI input on Android: taps, text input, swipes, key events, waits"),
-    ("flutter", "Flutter widget trees and Flutter-specific actions"),
-    ("webview", "WebViews and H5 pages embedded in native apps"),
-    ("ios", "iOS devices and apps: SDK runtime, WebDriverAgent, setup"),
-    ("web", "Web pages driven through the Web SDK and web executors"),
-    ("diagnostics", "Device diagnostics such as logcat"),
-    ("advanced", "Expert tools: port forwarding, raw runtimes, test executors"),
-];
-
-/// Names that plugins may not take: they are adapter tools, not commands, and a
-/// command of that name would be unreachable or misleading.
-const RESERVED_COMMANDS: &[&str] = &["capabilities", "run", "help"];
+// The domain list, naming rules and structural spec checks live in plugin-api so a
+// provider's tests apply exactly the host's rules.
+pub use aab_plugin_api::check::{DOMAINS, is_valid_command_name};
+use aab_plugin_api::check::check_spec;
 
 /// Where a command is executed.
 #[derive(Clone, Debug, PartialEq)]
@@ -177,16 +163,12 @@ impl Registry {
     /// call does not compile every schema of every plugin.
     pub fn add_plugin_checked(&mut self, name: &str, file: &Path, manifest: &Manifest, schemas_known_good: bool) -> Result<usize, CommandError> {
         let origin = CommandOrigin::Plugin { name: name.to_string(), file: file.to_path_buf() };
+        // The same rules a provider's own tests apply (`TestPlugin`).
+        manifest.check().map_err(|p| manifest_invalid(file, p.command.as_deref().unwrap_or_default(), p.reason))?;
         let mut staged: Vec<RegisteredCommand> = Vec::with_capacity(manifest.commands.len());
         for spec in &manifest.commands {
-            if let Err(reason) = check_spec(spec) {
-                return Err(manifest_invalid(file, &spec.command, reason));
-            }
             if let Some(owner) = self.commands.get(&spec.command) {
                 return Err(conflict(file, &spec.command, &owner.origin));
-            }
-            if staged.iter().any(|s| s.spec.command == spec.command) {
-                return Err(manifest_invalid(file, &spec.command, "the manifest declares it more than once".into()));
             }
             staged.push(RegisteredCommand::new(spec.clone(), origin.clone()));
         }
@@ -331,40 +313,6 @@ fn conflict(file: &Path, command: &str, owner: &CommandOrigin) -> CommandError {
     .with_details(json!({"file": file.display().to_string(), "command": command, "owner": owner.provider()}))
 }
 
-/// `^[a-z][a-z0-9]*(-[a-z0-9]+)*$`: the names CLI flags and MCP arguments can carry.
-pub fn is_valid_command_name(name: &str) -> bool {
-    name.starts_with(|c: char| c.is_ascii_lowercase())
-        && name.split('-').all(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()))
-}
-
-/// Structural checks of one spec (everything except compiling its schema).
-fn check_spec(spec: &CommandSpec) -> Result<(), String> {
-    if !is_valid_command_name(&spec.command) {
-        return Err("the name must match `^[a-z][a-z0-9]*(-[a-z0-9]+)*$` (lower-case kebab-case)".into());
-    }
-    if RESERVED_COMMANDS.contains(&spec.command.as_str()) {
-        return Err(format!("`{}` is reserved for the host's adapters", spec.command));
-    }
-    if !DOMAINS.iter().any(|(d, _)| *d == spec.domain) {
-        let domains: Vec<&str> = DOMAINS.iter().map(|(d, _)| *d).collect();
-        return Err(format!("domain `{}` is not one of {}", spec.domain, domains.join(", ")));
-    }
-    if spec.default_timeout_ms < 1 || spec.default_timeout_ms > spec.max_timeout_ms {
-        return Err(format!("defaultTimeoutMs {} must be between 1 and maxTimeoutMs {}", spec.default_timeout_ms, spec.max_timeout_ms));
-    }
-    let schema = &spec.input_schema;
-    if schema.get("type") != Some(&json!("object")) {
-        return Err("inputSchema must be an object schema with `\"type\": \"object\"`".into());
-    }
-    if schema.get("additionalProperties") != Some(&Value::Bool(false)) {
-        return Err("inputSchema must set `\"additionalProperties\": false` so unknown arguments are refused".into());
-    }
-    if let Some((at, target)) = schema::first_external_ref(schema) {
-        return Err(format!("inputSchema has an external reference `{target}` at `{at}`; only `#...` references within the schema are allowed"));
-    }
-    Ok(())
-}
-
 /// The spec's schema plus `requestId`, `feedback` and `timeoutMs`, unless the schema
 /// defines them itself (a command may narrow them, e.g. a shorter `timeoutMs`).
 fn with_execution_options(spec: &CommandSpec) -> Value {
@@ -398,28 +346,16 @@ fn with_execution_options(spec: &CommandSpec) -> Value {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use aab_plugin_api::protocol::Mutation;
-
     /// A minimal valid spec for tests across the registry modules.
     pub(crate) fn spec(command: &str, domain: &str, platform: &str, input_schema: Value) -> CommandSpec {
-        CommandSpec {
-            command: command.into(),
-            domain: domain.into(),
-            summary: format!("{command} summary"),
-            platform: platform.into(),
-            role: "capability".into(),
-            target_kind: "android-app".into(),
-            script_permission: None,
-            mutation: Mutation::None,
-            mutating_operations: Vec::new(),
-            execution_schemas: Vec::new(),
-            target_key: Vec::new(),
-            lane: None,
-            device_key: Vec::new(),
-            default_timeout_ms: 5000,
-            max_timeout_ms: 30000,
-            input_schema,
-        }
+        CommandSpec::query(command).summary(format!("{command} summary")).platform(platform).domain(domain).target_kind("android-app").timeouts(5000, 30000).input_schema(input_schema)
+    }
+
+    /// `simple("tap")` changed by `f`.
+    fn tap_with(f: impl FnOnce(&mut CommandSpec)) -> CommandSpec {
+        let mut s = simple("tap");
+        f(&mut s);
+        s
     }
 
     pub(crate) fn object_schema(properties: Value, required: &[&str]) -> Value {
@@ -474,17 +410,17 @@ pub(crate) mod tests {
             (simple("Tap"), "name"),
             (simple("tap--x"), "name"),
             (simple("capabilities"), "reserved"),
-            (CommandSpec { domain: "android".into(), ..simple("tap") }, "domain"),
-            (CommandSpec { input_schema: json!({"type": "object"}), ..simple("tap") }, "additionalProperties"),
-            (CommandSpec { input_schema: json!({"type": "array", "additionalProperties": false}), ..simple("tap") }, "\"type\": \"object\""),
-            (CommandSpec { default_timeout_ms: 0, ..simple("tap") }, "defaultTimeoutMs"),
-            (CommandSpec { default_timeout_ms: 40000, ..simple("tap") }, "maxTimeoutMs"),
+            (tap_with(|s| s.domain = "android".into()), "domain"),
+            (tap_with(|s| s.input_schema = json!({"type": "object"})), "additionalProperties"),
+            (tap_with(|s| s.input_schema = json!({"type": "array", "additionalProperties": false})), "\"type\": \"object\""),
+            (tap_with(|s| s.default_timeout_ms = 0), "defaultTimeoutMs"),
+            (tap_with(|s| s.default_timeout_ms = 40000), "maxTimeoutMs"),
             (
-                CommandSpec { input_schema: object_schema(json!({"a": {"$ref": "https://example.com/a.json"}}), &[]), ..simple("tap") },
+                tap_with(|s| s.input_schema = object_schema(json!({"a": {"$ref": "https://example.com/a.json"}}), &[])),
                 "external reference",
             ),
-            (CommandSpec { input_schema: object_schema(json!({"a": {"type": "strin"}}), &[]), ..simple("tap") }, "does not compile"),
-            (CommandSpec { input_schema: object_schema(json!({"a": {"pattern": "(?<=x)y"}}), &[]), ..simple("tap") }, "does not compile"),
+            (tap_with(|s| s.input_schema = object_schema(json!({"a": {"type": "strin"}}), &[])), "does not compile"),
+            (tap_with(|s| s.input_schema = object_schema(json!({"a": {"pattern": "(?<=x)y"}}), &[])), "does not compile"),
         ];
         for (bad, needle) in cases {
             let mut registry = Registry::new(Vec::new());

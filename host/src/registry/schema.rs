@@ -6,76 +6,8 @@
 
 use serde_json::{Map, Value};
 
-/// Keywords whose value is a map of name → subschema.
-const MAP_KEYWORDS: &[&str] = &["properties", "patternProperties", "$defs", "definitions", "dependentSchemas"];
-/// Keywords whose value is one subschema.
-const SINGLE_KEYWORDS: &[&str] = &[
-    "additionalProperties",
-    "contains",
-    "propertyNames",
-    "not",
-    "if",
-    "then",
-    "else",
-    "unevaluatedProperties",
-    "unevaluatedItems",
-    "additionalItems",
-    "contentSchema",
-];
-/// Keywords whose value is an array of subschemas (`items` may be either form).
-const ARRAY_KEYWORDS: &[&str] = &["allOf", "anyOf", "oneOf", "prefixItems"];
-
-/// Escape one JSON Pointer reference token (RFC 6901).
-pub(crate) fn escape_token(token: &str) -> String {
-    token.replace('~', "~0").replace('/', "~1")
-}
-
-/// Visit every subschema (including `schema` itself) with its JSON Pointer.
-/// Only keyword positions are descended: the contents of `const`, `enum`,
-/// `default` or `examples` are data, not schemas, and must not be mistaken for one.
-pub(crate) fn walk(schema: &Value, pointer: &str, visit: &mut dyn FnMut(&str, &Map<String, Value>)) {
-    let Value::Object(map) = schema else { return };
-    visit(pointer, map);
-    for (key, value) in map {
-        let here = format!("{pointer}/{}", escape_token(key));
-        let key = key.as_str();
-        match value {
-            Value::Object(children) if MAP_KEYWORDS.contains(&key) => {
-                for (name, child) in children {
-                    walk(child, &format!("{here}/{}", escape_token(name)), visit);
-                }
-            }
-            Value::Object(_) if SINGLE_KEYWORDS.contains(&key) || key == "items" => walk(value, &here, visit),
-            Value::Array(children) if ARRAY_KEYWORDS.contains(&key) || key == "items" => {
-                for (i, child) in children.iter().enumerate() {
-                    walk(child, &format!("{here}/{i}"), visit);
-                }
-            }
-            _ => {}
-        }
-    }
-}
-
-/// The first `$ref`/`$dynamicRef` that leaves the document, as `(pointer, ref)`.
-/// Plugins must be self-contained: the host never fetches schemas, and a reference
-/// that resolves only on the author's machine would fail at someone else's.
-pub(crate) fn first_external_ref(schema: &Value) -> Option<(String, String)> {
-    let mut found = None;
-    walk(schema, "", &mut |pointer, map| {
-        if found.is_some() {
-            return;
-        }
-        for keyword in ["$ref", "$dynamicRef"] {
-            if let Some(Value::String(target)) = map.get(keyword)
-                && !target.starts_with('#')
-            {
-                found = Some((format!("{pointer}/{keyword}"), target.clone()));
-                return;
-            }
-        }
-    });
-    found
-}
+// The subschema walk and the external-`$ref` rule moved to plugin-api
+// (`Manifest::check`), so the host and provider tests refuse the same schemas.
 
 /// Follow internal `$ref`s (`#/...`) from `schema`; a bounded number of hops keeps a
 /// cyclic reference from looping. Anything unresolvable yields the schema as given.
@@ -377,17 +309,6 @@ mod tests {
             ],
             "$defs": {"stop": {"properties": {"operation": {"const": "stop"}}, "required": ["leaseId"]}}
         })
-    }
-
-    #[test]
-    fn external_refs_are_found_but_data_is_not_a_schema() {
-        let schema = json!({
-            "properties": {"a": {"$ref": "#/$defs/x"}, "b": {"const": {"$ref": "https://x"}}},
-            "$defs": {"x": {"type": "string"}}
-        });
-        assert_eq!(first_external_ref(&schema), None);
-        let schema = json!({"properties": {"a": {"items": {"$ref": "other.json"}}}});
-        assert_eq!(first_external_ref(&schema), Some(("/properties/a/items/$ref".to_string(), "other.json".to_string())));
     }
 
     #[test]

@@ -55,6 +55,7 @@ const ENDPOINT_REPAIR_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Entry of the hidden `aab runtime-daemon` subcommand; returns the exit code.
 pub fn run_daemon() -> i32 {
+    init_log();
     let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().thread_name("aab-runtime").build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -73,6 +74,17 @@ pub fn run_daemon() -> i32 {
     // must not keep a stopped runtime alive.
     rt.shutdown_timeout(std::time::Duration::from_millis(200));
     code
+}
+
+/// Default filter of the runtime's log (its stderr, which is `runtime.log`): host
+/// warnings, and plugin lines (target `aab::plugin`) from `info` up. Without a
+/// subscriber every `tracing` event — plugin log lines included — was dropped.
+/// `AI_APP_BRIDGE_LOG` (an `EnvFilter` directive list) overrides it.
+pub const DEFAULT_LOG_FILTER: &str = "warn,aab::plugin=info";
+
+fn init_log() {
+    let filter = std::env::var("AI_APP_BRIDGE_LOG").ok().and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok()).unwrap_or_else(|| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false).try_init();
 }
 
 struct Runtime {

@@ -11,8 +11,8 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aab_plugin_api::{Context, Invocation, ProviderError, Reply};
-use serde_json::{Map, Value, json};
+use aab_plugin_api::{Context, Invocation, ProviderError};
+use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::capture::{BARRIER_STREAM, CAPTURE_STREAM, DOM_STREAM, capture_key};
@@ -21,31 +21,11 @@ use crate::facts::{AppendError, MEMORY_STORE, Mode};
 use crate::ids::{now_ms, sha256_hex, uuid_v4};
 use crate::server::{self, SDK_PATH, StartConfig};
 use crate::state::{Conn, Shared, lock};
+pub(crate) use crate::command_list::{CaptureArgs, DomArgs, ExecutionArgs, RawCommandArgs, SessionStartArgs, StatusArgs, Target, UiObservationArgs};
 use crate::wire::{self, CAPTURE_SCHEMA, CAPTURE_WINDOW_SCHEMA, DOM_TARGET_SCHEMA, EXECUTION_SCHEMA, PROTOCOL, TARGET_ID};
 
-/// Arguments the host adds to every command; never forwarded to the page.
-const HOST_ARGUMENTS: [&str; 6] = ["sessionId", "runtimeEpoch", "targetId", "timeoutMs", "requestId", "feedback"];
-
-fn arg_str<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
-    args.get(key).and_then(Value::as_str)
-}
-
-/// The host validated `required` arguments; their absence is a host contract breach.
-fn required<'a>(args: &'a Value, key: &str) -> Result<&'a str, ProviderError> {
-    arg_str(args, key).ok_or_else(|| ProviderError::new("plugin_protocol_error", format!("the host delivered no `{key}`")).with_field(key).not_dispatched())
-}
-
-/// The arguments meant for the page (host execution options removed).
-fn page_args(args: &Value) -> Value {
-    let mut out = Map::new();
-    if let Some(map) = args.as_object() {
-        for (k, v) in map {
-            if !HOST_ARGUMENTS.contains(&k.as_str()) {
-                out.insert(k.clone(), v.clone());
-            }
-        }
-    }
-    Value::Object(out)
+fn arg_str<'a>(value: &'a Value, key: &str) -> Option<&'a str> {
+    value.get(key).and_then(Value::as_str)
 }
 
 /// How long before the host deadline the provider gives up waiting itself.
@@ -107,33 +87,11 @@ pub fn init(shared: &Shared, ctx: &Context<'_>) {
     *lock(&shared.host_info) = Some(info);
 }
 
-pub async fn invoke(shared: &Arc<Shared>, ctx: &Context<'_>, inv: &Invocation) -> Result<Reply, ProviderError> {
+/// Work every command does first: one-time setup and committing captures that
+/// arrived since the last call.
+pub async fn prologue(shared: &Shared, ctx: &Context<'_>) {
     init(shared, ctx);
     shared.captures.pump(&shared.facts, &shared.exec, ctx).await;
-    let args = &inv.arguments;
-    let value = match inv.command.as_str() {
-        "web-session-start" => session_start(shared, ctx, args).await?,
-        "web-session-stop" => session_stop(shared, ctx),
-        "web-connect-info" => connect_info(shared)?,
-        "web-provider-status" => provider_status(shared),
-        "web-sessions" => sessions(shared),
-        "web-status" => status(shared, args)?,
-        "web-dom" => dom(shared, ctx, args).await?,
-        "web-click" => action(shared, ctx, inv, "click", page_args(args)).await?,
-        "web-input" => action(shared, ctx, inv, "input", page_args(args)).await?,
-        "web-key" => action(shared, ctx, inv, "key", page_args(args)).await?,
-        "web-scroll" => action(shared, ctx, inv, "scroll", page_args(args)).await?,
-        "web-wait" => action(shared, ctx, inv, "waitFor", page_args(args)).await?,
-        "web-logs" => capture_read(shared, ctx, args, "logs").await?,
-        "web-network" => capture_read(shared, ctx, args, "network").await?,
-        "web-state" => capture_read(shared, ctx, args, "state").await?,
-        "web-events" => capture_read(shared, ctx, args, "events").await?,
-        "web-execution" => execution(shared, ctx, args).await?,
-        "web-ui-observation" => ui_observation(shared, ctx, args).await?,
-        "web-command" => raw_command(shared, ctx, inv).await?,
-        other => return Err(ProviderError::new("unknown_command", format!("plugin `web` has no command `{other}`")).not_dispatched()),
-    };
-    Ok(Reply::Json(value))
 }
 
 // ------------------------------------------------------------------ endpoint
@@ -160,28 +118,28 @@ fn connect_json(s: &crate::state::ServerInfo) -> Value {
     })
 }
 
-async fn session_start(shared: &Arc<Shared>, ctx: &Context<'_>, args: &Value) -> Result<Value, ProviderError> {
-    let host = arg_str(args, "host").unwrap_or(wire::DEFAULT_HOST).to_string();
-    let port = args.get("webPort").and_then(Value::as_u64).map(|p| p as u16).unwrap_or(wire::DEFAULT_PORT);
-    let path = arg_str(args, "path").unwrap_or(wire::DEFAULT_PATH).to_string();
-    let sample_app = args.get("sampleApp").and_then(Value::as_bool).unwrap_or(false);
-    let allowed_origins: Vec<String> = args.get("allowedOrigins").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(str::to_string).collect();
-    let ms = |key: &str, default: Duration| args.get(key).and_then(Value::as_u64).map(Duration::from_millis).unwrap_or(default);
+pub(crate) async fn session_start(shared: &Arc<Shared>, ctx: &Context<'_>, args: SessionStartArgs) -> Result<Value, ProviderError> {
+    let host = args.host.unwrap_or_else(|| wire::DEFAULT_HOST.to_string());
+    let port = args.web_port.unwrap_or(wire::DEFAULT_PORT);
+    let path = args.path.unwrap_or_else(|| wire::DEFAULT_PATH.to_string());
+    let sample_app = args.sample_app.unwrap_or(false);
+    let allowed_origins: Vec<String> = args.allowed_origins.unwrap_or_default();
+    let ms = |v: Option<u64>, default: Duration| v.map(Duration::from_millis).unwrap_or(default);
     let defaults = wire::KeepAlive::default();
     let keep_alive = wire::KeepAlive {
-        ping_interval: ms("pingIntervalMs", defaults.ping_interval),
-        idle_timeout: ms("idleTimeoutMs", defaults.idle_timeout),
-        handshake_timeout: ms("handshakeTimeoutMs", defaults.handshake_timeout),
-        header_timeout: ms("headerTimeoutMs", defaults.header_timeout),
+        ping_interval: ms(args.ping_interval_ms, defaults.ping_interval),
+        idle_timeout: ms(args.idle_timeout_ms, defaults.idle_timeout),
+        handshake_timeout: ms(args.handshake_timeout_ms, defaults.handshake_timeout),
+        header_timeout: ms(args.header_timeout_ms, defaults.header_timeout),
     };
-    let timers_given = ["pingIntervalMs", "idleTimeoutMs", "handshakeTimeoutMs", "headerTimeoutMs"].iter().any(|k| args.get(*k).is_some());
+    let timers_given = [args.ping_interval_ms, args.idle_timeout_ms, args.handshake_timeout_ms, args.header_timeout_ms].iter().any(Option::is_some);
     {
         let server = lock(&shared.server);
         if let Some(s) = server.as_ref() {
             let same = s.host == host
                 && (port == 0 || s.port == port)
                 && s.path == path
-                && arg_str(args, "token").is_none_or(|t| t == s.token)
+                && args.token.as_deref().is_none_or(|t| t == s.token)
                 && (!sample_app || s.sample_app)
                 && allowed_origins.iter().all(|o| o == "*" && s.origins.any || crate::origin::normalise(o).is_some_and(|o| s.origins.allowed.contains(&o)))
                 && (!timers_given || s.keep_alive == keep_alive);
@@ -195,8 +153,8 @@ async fn session_start(shared: &Arc<Shared>, ctx: &Context<'_>, args: &Value) ->
                 .not_dispatched());
         }
     }
-    let token = match arg_str(args, "token") {
-        Some(t) => t.to_string(),
+    let token = match args.token {
+        Some(t) => t,
         None => crate::ids::token().map_err(|e| ProviderError::new("web_token_unavailable", e).not_dispatched())?,
     };
     ctx.mark_dispatched();
@@ -216,7 +174,7 @@ async fn session_start(shared: &Arc<Shared>, ctx: &Context<'_>, args: &Value) ->
     Ok(v)
 }
 
-fn session_stop(shared: &Shared, ctx: &Context<'_>) -> Value {
+pub(crate) fn session_stop(shared: &Shared, ctx: &Context<'_>) -> Value {
     let Some(info) = lock(&shared.server).take() else {
         return json!({"ok": true, "running": false, "stopped": false});
     };
@@ -227,14 +185,14 @@ fn session_stop(shared: &Shared, ctx: &Context<'_>) -> Value {
     json!({"ok": true, "running": false, "stopped": true, "endpoint": info.endpoint(), "disconnected": connected, "execution": shared.exec.status()})
 }
 
-fn connect_info(shared: &Shared) -> Result<Value, ProviderError> {
+pub(crate) fn connect_info(shared: &Shared) -> Result<Value, ProviderError> {
     match lock(&shared.server).as_ref() {
         Some(s) => Ok(connect_json(s)),
         None => Err(ProviderError::new("web_provider_not_running", "the Web endpoint is not running; start it with `web-session-start`").not_dispatched()),
     }
 }
 
-fn provider_status(shared: &Shared) -> Value {
+pub(crate) fn provider_status(shared: &Shared) -> Value {
     let server = lock(&shared.server);
     let sessions = lock(&shared.sessions);
     json!({
@@ -259,14 +217,14 @@ fn provider_status(shared: &Shared) -> Value {
     })
 }
 
-fn sessions(shared: &Shared) -> Value {
+pub(crate) fn sessions(shared: &Shared) -> Value {
     let running = lock(&shared.server).is_some();
     let list = shared.sessions_json();
     json!({"ok": true, "running": running, "count": list.len(), "sessions": list})
 }
 
-fn status(shared: &Shared, args: &Value) -> Result<Value, ProviderError> {
-    let session_id = required(args, "sessionId")?;
+pub(crate) fn status(shared: &Shared, args: &StatusArgs) -> Result<Value, ProviderError> {
+    let session_id = args.target.session_id.as_str();
     let Some(mut session) = shared.session_json(session_id) else {
         return Err(ProviderError::new("web_session_not_found", format!("no page with sessionId {session_id:?} is known")).with_field("sessionId").not_dispatched());
     };
@@ -279,7 +237,7 @@ fn status(shared: &Shared, args: &Value) -> Result<Value, ProviderError> {
         .collect();
     session["ok"] = json!(true);
     session["openActions"] = json!(open);
-    if let Some(epoch) = arg_str(args, "runtimeEpoch") {
+    if let Some(epoch) = args.target.runtime_epoch.as_deref() {
         session["targetMatches"] = json!(session.get("runtimeEpoch").and_then(Value::as_str) == Some(epoch) && session["connected"] == json!(true));
     }
     Ok(session)
@@ -320,15 +278,14 @@ fn page_error(result: &Value, fallback: &str) -> ProviderError {
     e
 }
 
-async fn dom(shared: &Shared, ctx: &Context<'_>, args: &Value) -> Result<Value, ProviderError> {
-    let session_id = required(args, "sessionId")?;
-    let runtime_epoch = required(args, "runtimeEpoch")?;
-    if args.get("history").and_then(Value::as_bool) == Some(true) {
+pub(crate) async fn dom(shared: &Shared, ctx: &Context<'_>, args: &DomArgs) -> Result<Value, ProviderError> {
+    let (session_id, runtime_epoch) = args.target.page()?;
+    if args.history == Some(true) {
         return dom_history(shared, ctx, args, session_id);
     }
     let conn = shared.target(session_id, runtime_epoch)?;
-    let mut read_args = json!({"maxControls": args.get("maxControls").and_then(Value::as_u64).unwrap_or(150)});
-    if let Some(sel) = arg_str(args, "selector") {
+    let mut read_args = json!({"maxControls": args.max_controls.unwrap_or(150)});
+    if let Some(sel) = &args.selector {
         read_args["selector"] = json!(sel);
     }
     let result = read(shared, ctx, &conn, "domSnapshot", read_args).await?;
@@ -378,11 +335,11 @@ fn history_coverage(shared: &Shared) -> Value {
     })
 }
 
-fn dom_history(shared: &Shared, ctx: &Context<'_>, args: &Value, session_id: &str) -> Result<Value, ProviderError> {
-    let after: u64 = arg_str(args, "cursor").and_then(|c| c.parse().ok()).unwrap_or(0);
-    let through: Option<u64> = arg_str(args, "throughCursor").and_then(|c| c.parse().ok());
-    let limit = args.get("limit").and_then(Value::as_u64).unwrap_or(16) as usize;
-    let since = args.get("sinceMs").and_then(Value::as_u64).unwrap_or(0);
+fn dom_history(shared: &Shared, ctx: &Context<'_>, args: &DomArgs, session_id: &str) -> Result<Value, ProviderError> {
+    let after: u64 = args.cursor.as_deref().and_then(|c| c.parse().ok()).unwrap_or(0);
+    let through: Option<u64> = args.through_cursor.as_deref().and_then(|c| c.parse().ok());
+    let limit = args.limit.unwrap_or(16) as usize;
+    let since = args.since_ms.unwrap_or(0);
     let page = shared.facts.read(ctx, DOM_STREAM, session_id, after, limit)?;
     let upper = through.unwrap_or_else(|| page.records.last().map(|r| r.sequence).unwrap_or(after).max(page.next_sequence));
     let records: Vec<Value> = page
@@ -413,16 +370,16 @@ pub const UI_OBSERVATION_SCHEMA: &str = "aab.ui-observation/v1";
 /// `web-ui-observation`: an on-demand UI observation lease on the page (reference
 /// §4.9 contract shared with Android and iOS). The page samples its UI into the
 /// `events` capture stream while the lease runs; read them with `web-events`.
-async fn ui_observation(shared: &Shared, ctx: &Context<'_>, args: &Value) -> Result<Value, ProviderError> {
-    let session_id = required(args, "sessionId")?;
-    let runtime_epoch = required(args, "runtimeEpoch")?;
-    let operation = required(args, "operation")?;
+pub(crate) async fn ui_observation(shared: &Shared, ctx: &Context<'_>, args: &UiObservationArgs) -> Result<Value, ProviderError> {
+    let (session_id, runtime_epoch) = args.target.page()?;
+    let operation = args.operation.as_str();
     let conn = shared.target(session_id, runtime_epoch)?;
     let mut read_args = json!({"operation": operation});
-    for key in ["durationMs", "leaseId"] {
-        if let Some(v) = args.get(key) {
-            read_args[key] = v.clone();
-        }
+    if let Some(v) = args.duration_ms {
+        read_args["durationMs"] = json!(v);
+    }
+    if let Some(v) = &args.lease_id {
+        read_args["leaseId"] = json!(v);
     }
     let mutates = operation != "status";
     if mutates {
@@ -488,9 +445,10 @@ fn settle(shared: &Shared, completion: Value) -> Result<Value, ProviderError> {
 }
 
 /// Run one managed action on the page and wait for its terminal result.
-async fn action(shared: &Shared, ctx: &Context<'_>, inv: &Invocation, page_command: &str, mut args: Value) -> Result<Value, ProviderError> {
-    let session_id = required(&inv.arguments, "sessionId")?;
-    let runtime_epoch = required(&inv.arguments, "runtimeEpoch")?;
+///
+/// `wait_budget`: the page's `waitFor` lasts the command's whole budget (`web-wait`).
+pub(crate) async fn action(shared: &Shared, ctx: &Context<'_>, inv: &Invocation, target: &Target, page_command: &str, mut args: Value, wait_budget: bool) -> Result<Value, ProviderError> {
+    let (session_id, runtime_epoch) = target.page()?;
     let conn = shared.target(session_id, runtime_epoch)?;
     if let Some(page_ref) = args.pointer("/expectedTarget/pageRef")
         && (arg_str(page_ref, "sessionId") != Some(session_id) || arg_str(page_ref, "runtimeEpoch") != Some(runtime_epoch))
@@ -502,7 +460,7 @@ async fn action(shared: &Shared, ctx: &Context<'_>, inv: &Invocation, page_comma
     let m = margin(ctx);
     let page_budget = ctx.remaining().saturating_sub(m * 2).max(Duration::from_millis(1));
     let page_timeout_ms = page_budget.as_millis().max(1) as u64;
-    if page_command == "waitFor" && inv.command == "web-wait" {
+    if wait_budget {
         // The wait lasts the command's budget; a short poll keeps it responsive.
         args["timeoutMs"] = json!(page_timeout_ms);
         args["intervalMs"] = json!(100);
@@ -586,17 +544,14 @@ async fn action(shared: &Shared, ctx: &Context<'_>, inv: &Invocation, page_comma
     }
 }
 
-async fn raw_command(shared: &Shared, ctx: &Context<'_>, inv: &Invocation) -> Result<Value, ProviderError> {
-    let args = &inv.arguments;
-    let name = required(args, "name")?;
-    let page_arguments = args.get("arguments").cloned().unwrap_or_else(|| json!({}));
-    if name == "domSnapshot" {
-        let session_id = required(args, "sessionId")?;
-        let runtime_epoch = required(args, "runtimeEpoch")?;
+pub(crate) async fn raw_command(shared: &Shared, ctx: &Context<'_>, inv: &Invocation, args: RawCommandArgs) -> Result<Value, ProviderError> {
+    let page_arguments = Value::Object(args.arguments.unwrap_or_default());
+    if args.name == "domSnapshot" {
+        let (session_id, runtime_epoch) = args.target.page()?;
         let conn = shared.target(session_id, runtime_epoch)?;
         return read(shared, ctx, &conn, "domSnapshot", page_arguments).await;
     }
-    action(shared, ctx, inv, name, page_arguments).await
+    action(shared, ctx, inv, &args.target, &args.name, page_arguments, false).await
 }
 
 // ------------------------------------------------------------------ web-execution
@@ -607,11 +562,10 @@ fn execution_view(r: &ActionRecord) -> Value {
     v
 }
 
-async fn execution(shared: &Shared, ctx: &Context<'_>, args: &Value) -> Result<Value, ProviderError> {
-    let session_id = required(args, "sessionId")?;
-    let runtime_epoch = required(args, "runtimeEpoch")?;
-    let operation = required(args, "operation")?;
-    let action_id = arg_str(args, "actionId");
+pub(crate) async fn execution(shared: &Shared, ctx: &Context<'_>, args: &ExecutionArgs) -> Result<Value, ProviderError> {
+    let (session_id, runtime_epoch) = args.target.page()?;
+    let operation = args.operation.as_str();
+    let action_id = args.action_id.as_deref();
     let find = |id: &str| {
         shared.exec.get(id).filter(|r| r.session_id == session_id).ok_or_else(|| {
             ProviderError::new("web_execution_not_found", format!("no action {id} is recorded for session {session_id}")).with_field("actionId").not_dispatched()
@@ -711,15 +665,14 @@ fn capture_record(r: &crate::facts::Stored) -> Value {
     })
 }
 
-async fn capture_read(shared: &Shared, ctx: &Context<'_>, args: &Value, stream: &str) -> Result<Value, ProviderError> {
-    let session_id = required(args, "sessionId")?;
-    let runtime_epoch = required(args, "runtimeEpoch")?;
-    let history = args.get("history").and_then(Value::as_bool) == Some(true) || arg_str(args, "view") == Some("connected-history");
-    let limit = args.get("limit").and_then(Value::as_u64).unwrap_or(16) as usize;
-    let cursor: Option<u64> = arg_str(args, "cursor").and_then(|c| c.parse().ok());
+pub(crate) async fn capture_read(shared: &Shared, ctx: &Context<'_>, args: &CaptureArgs, stream: &str) -> Result<Value, ProviderError> {
+    let (session_id, runtime_epoch) = args.target.page()?;
+    let history = args.history == Some(true) || args.view.as_deref() == Some("connected-history");
+    let limit = args.limit.unwrap_or(16) as usize;
+    let cursor: Option<u64> = args.cursor.as_deref().and_then(|c| c.parse().ok());
     let key = capture_key(session_id, stream);
     if history {
-        let since = args.get("sinceMs").and_then(Value::as_u64).unwrap_or(0);
+        let since = args.since_ms.unwrap_or(0);
         let page = shared.facts.read(ctx, CAPTURE_STREAM, &key, cursor.unwrap_or(0), limit)?;
         let records: Vec<Value> = page
             .records
@@ -745,7 +698,7 @@ async fn capture_read(shared: &Shared, ctx: &Context<'_>, args: &Value, stream: 
 
     let conn = shared.target(session_id, runtime_epoch)?;
     // Upper bound: a fresh barrier, or the fixed one of a continuation.
-    let upper = match (cursor, arg_str(args, "throughCursor")) {
+    let upper = match (cursor, args.through_cursor.as_deref()) {
         (Some(_), Some(token)) => {
             let b = shared.captures.barrier(&shared.facts, ctx, token).ok_or_else(|| {
                 ProviderError::new("invalid_fact_cursor", format!("unknown watermark {token}")).with_field("throughCursor").not_dispatched()
@@ -757,7 +710,7 @@ async fn capture_read(shared: &Shared, ctx: &Context<'_>, args: &Value, stream: 
         }
         _ => take_barrier(shared, ctx, &conn, stream).await?,
     };
-    let lower = match arg_str(args, "factCursor") {
+    let lower = match args.fact_cursor.as_deref() {
         Some(token) => {
             let b = shared.captures.barrier(&shared.facts, ctx, token).ok_or_else(|| {
                 ProviderError::new("invalid_fact_cursor", format!("unknown watermark {token}")).with_field("factCursor").not_dispatched()
@@ -776,7 +729,7 @@ async fn capture_read(shared: &Shared, ctx: &Context<'_>, args: &Value, stream: 
         None => shared.captures.document_first_fact(session_id, runtime_epoch, stream).map(|f| f.saturating_sub(1)).unwrap_or(upper_fact),
     };
     let after = cursor.unwrap_or(lower_fact).max(lower_fact);
-    let after_action = arg_str(args, "afterActionId");
+    let after_action = args.after_action_id.as_deref();
     let page = if after >= upper_fact { crate::facts::Page { next_sequence: after, ..Default::default() } } else { shared.facts.read(ctx, CAPTURE_STREAM, &key, after, limit)? };
     let mut last_scanned = after;
     let mut records = Vec::new();

@@ -3,7 +3,8 @@
 //! `web-*` commands against them (observation, managed actions with completion
 //! receipts, capture windows over the FactStore, execution reconcile).
 //!
-//! Layout: [`manifest`] (commands and schemas), [`wire`] (protocol shapes),
+//! Layout: [`manifest`] (command specs and schemas), [`command_list`] (each
+//! spec paired with its handler and typed arguments), [`wire`] (protocol shapes),
 //! [`server`] + [`socket`] (HTTP/WebSocket endpoint), [`state`] (sessions and
 //! request routing), [`execution`] (the pending-action table), [`capture`] +
 //! [`facts`] (capture ingress, barriers, FactStore access), [`dom`] (snapshot
@@ -15,6 +16,7 @@
 #![allow(clippy::result_large_err)]
 
 mod capture;
+mod command_list;
 mod commands;
 mod dom;
 mod execution;
@@ -32,7 +34,7 @@ mod wire;
 
 use std::sync::Arc;
 
-use aab_plugin_api::{Context, Invocation, Manifest, Provider, ProviderError, Reply};
+use aab_plugin_api::{Commands, Manifest, Provider};
 
 pub struct WebProvider {
     shared: Arc<state::Shared>,
@@ -49,8 +51,8 @@ impl Provider for WebProvider {
         manifest::manifest()
     }
 
-    async fn invoke(&self, ctx: &Context<'_>, invocation: Invocation) -> Result<Reply, ProviderError> {
-        commands::invoke(&self.shared, ctx, &invocation).await
+    fn commands(&self) -> Commands<Self> {
+        command_list::list()
     }
 }
 

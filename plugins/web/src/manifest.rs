@@ -21,7 +21,6 @@ pub fn manifest() -> Manifest {
     let mut m = Manifest::new("web", env!("CARGO_PKG_VERSION"));
     m.platforms = vec!["web".to_string()];
     m.features = vec!["web-sdk-v2".to_string(), "managed-execution".to_string(), "capture-barrier".to_string()];
-    m.commands = commands();
     m.intent_providers = vec![h5_intent_provider()];
     m
 }
@@ -75,126 +74,82 @@ fn h5_intent_provider() -> aab_plugin_api::protocol::IntentProvider {
         json!({"type": "object", "additionalProperties": false, "properties": properties, "required": req})
     };
     let delta = |axis: &str| json!({"type": "number", "minimum": -2147483647, "maximum": 2147483647, "description": format!("CSS pixels along {axis}")});
-    let stream = |name: &str| IntentStream {
-        stream: name.to_string(),
-        command: format!("web-{name}"),
-        arguments: page(json!({"view": "${require.view}", "sinceMs": "${require.sinceMs}", "factCursor": "${window.factCursor}",
-                               "afterActionId": "${window.afterActionId}", "runtimeEpoch": "${require.runtimeEpoch|target.runtimeEpoch}"})),
-        watermark: Some("/watermarkCursor".to_string()),
-        coverage: Some("/coverage/status".to_string()),
-        records: Some("/records".to_string()),
-        next: Some(json!({"cursor": "${page.nextCursor}", "throughCursor": "${page.throughCursor}"})),
+    let stream = |name: &str| {
+        IntentStream::new(
+            name,
+            format!("web-{name}"),
+            page(json!({"view": "${require.view}", "sinceMs": "${require.sinceMs}", "factCursor": "${window.factCursor}",
+                        "afterActionId": "${window.afterActionId}", "runtimeEpoch": "${require.runtimeEpoch|target.runtimeEpoch}"})),
+        )
+        .watermark("/watermarkCursor")
+        .coverage("/coverage/status")
+        .records("/records")
+        .next(json!({"cursor": "${page.nextCursor}", "throughCursor": "${page.throughCursor}"}))
     };
-    IntentProvider {
-        platform: "web".to_string(),
-        provider: "h5".to_string(),
-        default: true,
-        target_schema: json!({
-            "type": "object", "additionalProperties": false,
-            "required": ["platform", "sessionId", "runtimeEpoch"],
-            "properties": {"platform": {"const": "web"}, "sessionId": session_id(), "runtimeEpoch": runtime_epoch(), "targetId": target_id()}
-        }),
-        observe: IntentCall { command: "web-dom".to_string(), arguments: page(json!({"maxControls": 500})) },
-        summarize: IntentSummarize {
-            elements: "/dom/controls".to_string(),
-            element_id: "elementId".to_string(),
-            identity_fields: identity.iter().map(|s| s.to_string()).collect(),
-            node_fields: ["elementId", "tag", "role", "type", "id", "name", "text", "ariaLabel", "placeholder", "href", "value", "checked", "disabled", "visible", "editable", "interaction", "bounds"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
-            selector_fields: [("elementId", "elementId"), ("text", "text"), ("ariaLabel", "ariaLabel"), ("tag", "tag"), ("role", "role")]
-                .iter()
-                .map(|(a, b)| (a.to_string(), b.to_string()))
-                .collect(),
-            page: [("pageRef", "/pageRef"), ("title", "/dom/title"), ("url", "/dom/url"), ("readyState", "/dom/readyState"), ("viewport", "/dom/viewport")]
-                .iter()
-                .map(|(a, b)| (a.to_string(), b.to_string()))
-                .collect(),
-            body_text: Some("/dom/bodyText".to_string()),
-            source_truncated: Some("/dom/truncated".to_string()),
-        },
-        actions: vec![
-            IntentAction {
-                action: "tap".to_string(),
-                command: "web-click".to_string(),
-                arguments_template: bound(json!({})),
-                schema: action_schema("tap", json!({}), &["selector"]),
-            },
-            IntentAction {
-                action: "inputText".to_string(),
-                command: "web-input".to_string(),
-                arguments_template: bound(json!({"value": "${action.value}"})),
-                schema: action_schema("inputText", json!({"value": {"type": "string", "maxLength": 16384}}), &["selector", "value"]),
-            },
-            IntentAction {
-                action: "pressKey".to_string(),
-                command: "web-key".to_string(),
-                arguments_template: bound(json!({"key": "${action.key}"})),
-                schema: action_schema("pressKey", json!({"key": {"type": "string", "enum": ["Enter", "Escape"]}}), &["selector", "key"]),
-            },
-            IntentAction {
-                action: "scroll".to_string(),
-                command: "web-scroll".to_string(),
-                arguments_template: bound(json!({"mode": "into-view"})),
-                schema: action_schema("scroll", json!({}), &["selector"]),
-            },
-            IntentAction {
-                action: "scrollBy".to_string(),
-                command: "web-scroll".to_string(),
-                arguments_template: bound(json!({"mode": "by", "deltaX": "${action.deltaX}", "deltaY": "${action.deltaY}"})),
-                schema: extend(
-                    action_schema("scrollBy", json!({"deltaX": delta("x"), "deltaY": delta("y")}), &[]),
-                    json!({"anyOf": [{"required": ["deltaX"]}, {"required": ["deltaY"]}]}),
-                ),
-            },
-        ],
-        streams: ["logs", "network", "state", "events"].iter().map(|s| stream(s)).collect(),
+    let summarize = IntentSummarize::new("/dom/controls", "elementId")
+        .identity_fields(identity)
+        .node_fields(["elementId", "tag", "role", "type", "id", "name", "text", "ariaLabel", "placeholder", "href", "value", "checked", "disabled", "visible", "editable", "interaction", "bounds"])
+        .selector_fields([("elementId", "elementId"), ("text", "text"), ("ariaLabel", "ariaLabel"), ("tag", "tag"), ("role", "role")])
+        .page([("pageRef", "/pageRef"), ("title", "/dom/title"), ("url", "/dom/url"), ("readyState", "/dom/readyState"), ("viewport", "/dom/viewport")])
+        .body_text("/dom/bodyText")
+        .source_truncated("/dom/truncated");
+    let target_schema = json!({
+        "type": "object", "additionalProperties": false,
+        "required": ["platform", "sessionId", "runtimeEpoch"],
+        "properties": {"platform": {"const": "web"}, "sessionId": session_id(), "runtimeEpoch": runtime_epoch(), "targetId": target_id()}
+    });
+    let mut provider = IntentProvider::new("web", "h5", target_schema, IntentCall::new("web-dom", page(json!({"maxControls": 500}))), summarize)
+        .default_for_platform()
+        .action(IntentAction::new("tap", "web-click", bound(json!({})), action_schema("tap", json!({}), &["selector"])))
+        .action(IntentAction::new(
+            "inputText",
+            "web-input",
+            bound(json!({"value": "${action.value}"})),
+            action_schema("inputText", json!({"value": {"type": "string", "maxLength": 16384}}), &["selector", "value"]),
+        ))
+        .action(IntentAction::new(
+            "pressKey",
+            "web-key",
+            bound(json!({"key": "${action.key}"})),
+            action_schema("pressKey", json!({"key": {"type": "string", "enum": ["Enter", "Escape"]}}), &["selector", "key"]),
+        ))
+        .action(IntentAction::new("scroll", "web-scroll", bound(json!({"mode": "into-view"})), action_schema("scroll", json!({}), &["selector"])))
+        .action(IntentAction::new(
+            "scrollBy",
+            "web-scroll",
+            bound(json!({"mode": "by", "deltaX": "${action.deltaX}", "deltaY": "${action.deltaY}"})),
+            extend(action_schema("scrollBy", json!({"deltaX": delta("x"), "deltaY": delta("y")}), &[]), json!({"anyOf": [{"required": ["deltaX"]}, {"required": ["deltaY"]}]})),
+        ));
+    for s in ["logs", "network", "state", "events"] {
+        provider = provider.stream(stream(s));
     }
+    provider
 }
 
 /// Shared metadata of one command; callers adjust what differs.
 fn spec(name: &str, summary: &str, mutation: Mutation, target_kind: &str, input_schema: Value) -> CommandSpec {
-    CommandSpec {
-        command: name.to_string(),
-        domain: "web".to_string(),
-        summary: summary.to_string(),
-        platform: "web".to_string(),
-        role: "capability".to_string(),
-        target_kind: target_kind.to_string(),
-        script_permission: None,
-        mutation,
-        mutating_operations: Vec::new(),
-        execution_schemas: Vec::new(),
-        target_key: Vec::new(),
-        lane: None,
-        device_key: Vec::new(),
-        default_timeout_ms: DEFAULT_TIMEOUT_MS,
-        max_timeout_ms: MAX_TIMEOUT_MS,
-        input_schema,
-    }
+    let base = match mutation {
+        Mutation::None => CommandSpec::query(name),
+        _ => CommandSpec::mutation(name),
+    };
+    base.summary(summary).platform("web").target_kind(target_kind).timeouts(DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS).input_schema(input_schema)
 }
 
 /// A command bound to one connected page (`sessionId` is the admission key).
 fn target_spec(name: &str, summary: &str, mutation: Mutation, input_schema: Value) -> CommandSpec {
-    let mut s = spec(name, summary, mutation, "web-target", input_schema);
-    s.target_key = vec!["sessionId".to_string()];
-    s
+    spec(name, summary, mutation, "web-target", input_schema).target_key("sessionId")
 }
 
-fn with_permission(mut s: CommandSpec, permission: &str) -> CommandSpec {
-    s.script_permission = Some(permission.to_string());
-    s
+fn with_permission(s: CommandSpec, permission: &str) -> CommandSpec {
+    s.permission(permission)
 }
 
-fn with_lane(mut s: CommandSpec, lane: &str) -> CommandSpec {
-    s.lane = Some(lane.to_string());
-    s
+fn with_lane(s: CommandSpec, lane: &str) -> CommandSpec {
+    s.lane(lane)
 }
 
-fn managed(mut s: CommandSpec) -> CommandSpec {
-    s.execution_schemas = vec![EXECUTION_SCHEMA.to_string()];
-    s
+fn managed(s: CommandSpec) -> CommandSpec {
+    s.execution_schema(EXECUTION_SCHEMA)
 }
 
 /// An object schema: the given properties, nothing else.
@@ -343,10 +298,11 @@ fn capture_read_schema() -> Value {
     )
 }
 
-fn commands() -> Vec<CommandSpec> {
-    let mut out = Vec::new();
+// One function per command spec; `commands::list` pairs each with its handler,
+// so a command name appears only here.
 
-    out.push(spec(
+pub(crate) fn session_start() -> CommandSpec {
+    spec(
         "web-session-start",
         "Start the aab.web/v2 WebSocket endpoint pages connect to (and optionally serve the bundled sample app).",
         Mutation::Always,
@@ -368,37 +324,51 @@ fn commands() -> Vec<CommandSpec> {
             }),
             &[],
         ),
-    ));
-    out.push(spec(
+    )
+}
+
+pub(crate) fn session_stop() -> CommandSpec {
+    spec(
         "web-session-stop",
         "Stop the Web endpoint and disconnect every page (unresolved actions stay recorded).",
         Mutation::Always,
         "host",
         object(json!({}), &[]),
-    ));
-    out.push(spec(
+    )
+}
+
+pub(crate) fn connect_info() -> CommandSpec {
+    spec(
         "web-connect-info",
         "Endpoint URL, token and protocol a page needs to connect with the Web SDK.",
         Mutation::None,
         "host",
         object(json!({}), &[]),
-    ));
-    out.push(spec(
+    )
+}
+
+pub(crate) fn provider_status() -> CommandSpec {
+    spec(
         "web-provider-status",
         "State of the Web provider: endpoint, sessions, limits, persistence and FactStore availability.",
         Mutation::None,
         "host",
         object(json!({}), &[]),
-    ));
-    out.push(spec(
+    )
+}
+
+pub(crate) fn sessions() -> CommandSpec {
+    spec(
         "web-sessions",
         "Connected and recently disconnected pages with the sessionId/runtimeEpoch/targetId that address them.",
         Mutation::None,
         "host",
         object(json!({}), &[]),
-    ));
+    )
+}
 
-    out.push(with_lane(
+pub(crate) fn status() -> CommandSpec {
+    with_lane(
         with_permission(
             target_spec(
                 "web-status",
@@ -409,8 +379,10 @@ fn commands() -> Vec<CommandSpec> {
             "app.read",
         ),
         "observation",
-    ));
+    )
+}
 
+pub(crate) fn dom() -> CommandSpec {
     let dom_properties = props(json!({
         "selector": {"type": "string", "minLength": 1, "maxLength": 1024, "description": "CSS selector whose matches are reported instead of the default control query (a bounded read)"},
         "maxControls": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 150, "description": "Controls to describe (the rest are counted)"},
@@ -420,7 +392,7 @@ fn commands() -> Vec<CommandSpec> {
         "sinceMs": {"type": "integer", "minimum": 0, "maximum": MAX_SAFE_INTEGER, "description": "History: only observations at or after this Unix time (ms)"},
         "limit": {"type": "integer", "minimum": 1, "maximum": 16, "default": 16, "description": "History: records per page"}
     }));
-    out.push(with_lane(
+    with_lane(
         with_permission(
             target_spec(
                 "web-dom",
@@ -438,38 +410,60 @@ fn commands() -> Vec<CommandSpec> {
             "app.read",
         ),
         "observation",
-    ));
+    )
+}
 
-    let action = |name: &str, summary: &str, extra: Value, required: &[&str], keywords: Value| {
+fn action(name: &str, summary: &str, extra: Value, required: &[&str], keywords: Value) -> CommandSpec {
         let mut req = vec!["sessionId", "runtimeEpoch"];
         req.extend_from_slice(required);
         managed(with_permission(target_spec(name, summary, Mutation::Always, extend(object(props(extra), &req), keywords)), "app.interact"))
-    };
-    out.push(action(
+    }
+
+pub(crate) fn click() -> CommandSpec {
+    action(
         "web-click",
         "One semantic DOM click on the unique visible, enabled, unobscured control (managed execution; observe the business result afterwards).",
         json!({"selector": selector(), "expectedTarget": expected_target()}),
         &["selector"],
         json!({}),
-    ));
-    out.push(action(
+    )
+}
+
+pub(crate) fn input() -> CommandSpec {
+    action(
         "web-input",
         "Replace the value of a text input, textarea or contenteditable (framework input/change events fire; password values never leave the page).",
         json!({"selector": selector(), "expectedTarget": expected_target(),
                "value": {"type": "string", "maxLength": 16384, "description": "New value (may be empty)"}}),
         &["selector", "value"],
         json!({}),
-    ));
-    out.push(action(
+    )
+}
+
+pub(crate) fn key() -> CommandSpec {
+    action(
         "web-key",
         "Deliver one bubbling, cancellable keydown (Enter or Escape) to a control; reports defaultPrevented, trusted:false.",
         json!({"selector": selector(), "expectedTarget": expected_target(),
                "key": {"type": "string", "enum": ["Enter", "Escape"], "description": "Key to deliver"}}),
         &["selector", "key"],
         json!({}),
-    ));
+    )
+}
+
+pub(crate) fn wait() -> CommandSpec {
+    action(
+        "web-wait",
+        "Wait within the command deadline until exactly one of: a typed selector matches a visible element, or the body text contains targetText.",
+        json!({"selector": selector(), "targetText": {"type": "string", "minLength": 1, "maxLength": 1024, "description": "Text the page body must contain"}}),
+        &[],
+        json!({"oneOf": [{"required": ["selector"]}, {"required": ["targetText"]}]}),
+    )
+}
+
+pub(crate) fn scroll() -> CommandSpec {
     let delta = |axis: &str| json!({"type": "number", "minimum": -2147483647, "maximum": 2147483647, "description": format!("Scroll by this many CSS pixels along {axis}")});
-    out.push(action(
+    action(
         "web-scroll",
         "Scroll an element into view (mode into-view) or scroll the page/an element by deltas (mode by).",
         json!({"mode": {"type": "string", "enum": ["into-view", "by"], "description": "into-view needs a selector and no deltas; by needs deltaX and/or deltaY"},
@@ -482,35 +476,32 @@ fn commands() -> Vec<CommandSpec> {
                 {"properties": {"mode": {"const": "by"}}, "anyOf": [{"required": ["deltaX"]}, {"required": ["deltaY"]}]}
             ]
         }),
-    ));
-    out.push(action(
-        "web-wait",
-        "Wait within the command deadline until exactly one of: a typed selector matches a visible element, or the body text contains targetText.",
-        json!({"selector": selector(), "targetText": {"type": "string", "minLength": 1, "maxLength": 1024, "description": "Text the page body must contain"}}),
-        &[],
-        json!({"oneOf": [{"required": ["selector"]}, {"required": ["targetText"]}]}),
-    ));
+    )
+}
 
-    for (stream, what) in [
-        ("logs", "console output, errors and app log records"),
-        ("network", "fetch/XHR records and app network records"),
-        ("state", "app state records"),
-        ("events", "UI event batches (clicks, input, route changes, DOM mutations) and app events"),
-    ] {
-        out.push(with_lane(
-            with_permission(
-                target_spec(
-                    &format!("web-{stream}"),
-                    &format!("Committed {what} from the host FactStore: a decision window through a fresh SDK capture barrier (wc1: watermark, honest coverage) or retained history."),
-                    Mutation::None,
-                    capture_read_schema(),
-                ),
-                "capture.read",
+/// `web-<stream>` for one capture stream (logs | network | state | events).
+pub(crate) fn capture(stream: &str) -> CommandSpec {
+    let what = match stream {
+        "logs" => "console output, errors and app log records",
+        "network" => "fetch/XHR records and app network records",
+        "state" => "app state records",
+        _ => "UI event batches (clicks, input, route changes, DOM mutations) and app events",
+    };
+    with_lane(
+        with_permission(
+            target_spec(
+                &format!("web-{stream}"),
+                &format!("Committed {what} from the host FactStore: a decision window through a fresh SDK capture barrier (wc1: watermark, honest coverage) or retained history."),
+                Mutation::None,
+                capture_read_schema(),
             ),
-            "observation",
-        ));
-    }
+            "capture.read",
+        ),
+        "observation",
+    )
+}
 
+pub(crate) fn ui_observation() -> CommandSpec {
     let mut observation = target_spec(
         "web-ui-observation",
         "On-demand UI observation lease (100..5000 ms): the page samples title, URL, navigation, control count, focus, viewport and DOM mutations every 200 ms into the events stream (`observation.sample` records, read with web-events).",
@@ -534,8 +525,10 @@ fn commands() -> Vec<CommandSpec> {
     observation.mutating_operations = vec!["start".to_string(), "stop".to_string()];
     observation.script_permission = Some("capture.read".to_string());
     observation.lane = Some("observation".to_string());
-    out.push(observation);
+    observation
+}
 
+pub(crate) fn execution() -> CommandSpec {
     let mut execution = target_spec(
         "web-execution",
         "Managed Web actions of a session: status, terminal result, cancel, and reconcile of actions whose completion was lost.",
@@ -559,8 +552,10 @@ fn commands() -> Vec<CommandSpec> {
     execution.mutating_operations = vec!["cancel".to_string()];
     execution.lane = Some("control".to_string());
     execution.execution_schemas = vec![EXECUTION_SCHEMA.to_string()];
-    out.push(execution);
+    execution
+}
 
+pub(crate) fn raw_command() -> CommandSpec {
     let mut command = managed(target_spec(
         "web-command",
         "Expert: send one raw page command (click, input, key, waitFor, scroll, state, action) or the domSnapshot read; the page validates its arguments.",
@@ -574,9 +569,7 @@ fn commands() -> Vec<CommandSpec> {
         ),
     ));
     command.role = "expert".to_string();
-    out.push(command);
-
-    out
+    command
 }
 
 #[cfg(test)]
@@ -585,7 +578,8 @@ mod tests {
 
     #[test]
     fn every_command_is_well_formed() {
-        let m = manifest();
+        let mut m = manifest();
+        m.commands.extend(crate::command_list::list().specs().cloned());
         assert_eq!(m.commands.len(), 19);
         for c in &m.commands {
             assert_eq!(c.domain, "web");

@@ -3,7 +3,6 @@
 //! operation accepts only its own (`unsupported_argument` otherwise).
 
 use aab_plugin_api::CommandSpec;
-use aab_plugin_api::protocol::Mutation;
 use serde_json::{Map, Value, json};
 
 pub const DEFAULT_LIFETIME_MS: u64 = 300_000;
@@ -174,28 +173,18 @@ pub fn spec() -> CommandSpec {
             json!({"description": description, "properties": properties, "required": req})
         })
         .collect();
-    CommandSpec {
-        command: "intent".into(),
-        domain: "execution".into(),
-        summary: "Supervised observe → decide → act against a committed revision, with durable evidence (start/status/observe/decide/pause/resume/cancel/intervene)".into(),
-        platform: "multi".into(),
-        role: "execution".into(),
-        target_kind: "platform-target".into(),
-        script_permission: None,
-        mutation: Mutation::Conditional,
-        mutating_operations: vec!["start".into(), "decide".into()],
-        execution_schemas: vec![],
-        target_key: vec![],
-        lane: None,
-        device_key: vec![],
-        default_timeout_ms: DEFAULT_LIFETIME_MS,
-        max_timeout_ms: MAX_LIFETIME_MS,
-        input_schema: json!({
+    CommandSpec::conditional("intent", ["start", "decide"])
+        .summary("Supervised observe → decide → act against a committed revision, with durable evidence (start/status/observe/decide/pause/resume/cancel/intervene)")
+        .platform("multi")
+        .domain("execution")
+        .role("execution")
+        .target_kind("platform-target")
+        .timeouts(DEFAULT_LIFETIME_MS, MAX_LIFETIME_MS)
+        .input_schema(json!({
             "type": "object",
             "additionalProperties": false,
             "properties": Value::Object(all),
             "required": ["operation"],
             "oneOf": branches
-        }),
-    }
+        }))
 }

@@ -6,7 +6,6 @@
 //! unsupported target field is rejected instead of silently dropped.
 
 use aab_plugin_api::CommandSpec;
-use aab_plugin_api::protocol::Mutation;
 use serde_json::{Map, Value, json};
 
 use super::{MIB, PERMISSIONS, SPEC_SCHEMA};
@@ -166,28 +165,18 @@ pub fn spec() -> CommandSpec {
             branch
         })
         .collect();
-    CommandSpec {
-        command: crate::builtins::SCRIPT.into(),
-        domain: "execution".into(),
-        summary: "Run a JavaScript or Python program against a target with ctx.call, assertions, progress, checkpoints and agent questions; status, wait, pause, resume, decide, cancel and read its persisted result".into(),
-        platform: "multi".into(),
-        role: "execution".into(),
-        target_kind: "platform-target".into(),
-        script_permission: None,
-        mutation: Mutation::Conditional,
-        mutating_operations: vec!["start".into(), "pause".into(), "resume".into(), "decide".into(), "cancel".into()],
-        execution_schemas: vec![],
-        target_key: vec![],
-        lane: None,
-        device_key: vec![],
-        default_timeout_ms: 90_000,
-        max_timeout_ms: 600_000,
-        input_schema: json!({
+    CommandSpec::conditional(crate::builtins::SCRIPT, ["start", "pause", "resume", "decide", "cancel"])
+        .summary("Run a JavaScript or Python program against a target with ctx.call, assertions, progress, checkpoints and agent questions; status, wait, pause, resume, decide, cancel and read its persisted result")
+        .platform("multi")
+        .domain("execution")
+        .role("execution")
+        .target_kind("platform-target")
+        .timeouts(90_000, 600_000)
+        .input_schema(json!({
             "type": "object",
             "additionalProperties": false,
             "properties": Value::Object(all),
             "required": ["operation"],
             "oneOf": branches
-        }),
-    }
+        }))
 }

@@ -1,0 +1,199 @@
+//! The host's rules for a manifest, shared with provider authors: the host's loader
+//! and `test_support::TestPlugin` call the same [`Manifest::check`], so a provider's
+//! own tests refuse what the host would refuse. Compiling each `inputSchema` is the
+//! one check left to the host (and to `TestPlugin`): it needs the JSON Schema engine.
+
+use serde_json::{Map, Value, json};
+
+use crate::protocol::{CommandSpec, Manifest};
+
+/// The command domains, in presentation order, with what each groups.
+pub const DOMAINS: [(&str, &str); 11] = [
+    ("execution", "Long-running host operations: runtime control, Intent and Script sessions, device ownership"),
+    ("evidence", "Evidence archives and stored response snapshots"),
+    ("core", "Read-only app state: status, UI trees, screenshots, logs, network, state and events"),
+    ("app", "App lifecycle and permissions: install, launch, clear data, grant and revoke"),
+    ("action", "UI input on Android: taps, text input, swipes, key events, waits"),
+    ("flutter", "Flutter widget trees and Flutter-specific actions"),
+    ("webview", "WebViews and H5 pages embedded in native apps"),
+    ("ios", "iOS devices and apps: SDK runtime, WebDriverAgent, setup"),
+    ("web", "Web pages driven through the Web SDK and web executors"),
+    ("diagnostics", "Device diagnostics such as logcat"),
+    ("advanced", "Expert tools: port forwarding, raw runtimes, test executors"),
+];
+
+/// Names that plugins may not take: they are adapter tools, not commands, and a
+/// command of that name would be unreachable or misleading.
+pub const RESERVED_COMMANDS: &[&str] = &["capabilities", "run", "help"];
+
+/// Why a manifest is refused (`plugin_manifest_invalid`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ManifestProblem {
+    /// The command at fault, if the problem is one command's.
+    pub command: Option<String>,
+    pub reason: String,
+}
+
+impl std::fmt::Display for ManifestProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.command {
+            Some(c) => write!(f, "command `{c}` is invalid: {}", self.reason),
+            None => f.write_str(&self.reason),
+        }
+    }
+}
+
+impl Manifest {
+    /// The host's structural rules: command naming, reserved names, the domain list,
+    /// timeouts, a closed object `inputSchema` without external references, and each
+    /// command declared once. (Schema compilation is checked by the host loader and
+    /// `TestPlugin`.)
+    pub fn check(&self) -> Result<(), ManifestProblem> {
+        let mut seen = std::collections::BTreeSet::new();
+        for spec in &self.commands {
+            check_spec(spec).map_err(|reason| ManifestProblem { command: Some(spec.command.clone()), reason })?;
+            if !seen.insert(spec.command.as_str()) {
+                return Err(ManifestProblem { command: Some(spec.command.clone()), reason: "the manifest declares it more than once".into() });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `^[a-z][a-z0-9]*(-[a-z0-9]+)*$`: the names CLI flags and MCP arguments can carry.
+pub fn is_valid_command_name(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name.split('-').all(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()))
+}
+
+/// Structural checks of one spec (everything except compiling its schema).
+pub fn check_spec(spec: &CommandSpec) -> Result<(), String> {
+    if !is_valid_command_name(&spec.command) {
+        return Err("the name must match `^[a-z][a-z0-9]*(-[a-z0-9]+)*$` (lower-case kebab-case)".into());
+    }
+    if RESERVED_COMMANDS.contains(&spec.command.as_str()) {
+        return Err(format!("`{}` is reserved for the host's adapters", spec.command));
+    }
+    if !DOMAINS.iter().any(|(d, _)| *d == spec.domain) {
+        let domains: Vec<&str> = DOMAINS.iter().map(|(d, _)| *d).collect();
+        return Err(format!("domain `{}` is not one of {}", spec.domain, domains.join(", ")));
+    }
+    if spec.default_timeout_ms < 1 || spec.default_timeout_ms > spec.max_timeout_ms {
+        return Err(format!("defaultTimeoutMs {} must be between 1 and maxTimeoutMs {}", spec.default_timeout_ms, spec.max_timeout_ms));
+    }
+    let schema = &spec.input_schema;
+    if schema.get("type") != Some(&json!("object")) {
+        return Err("inputSchema must be an object schema with `\"type\": \"object\"`".into());
+    }
+    if schema.get("additionalProperties") != Some(&Value::Bool(false)) {
+        return Err("inputSchema must set `\"additionalProperties\": false` so unknown arguments are refused".into());
+    }
+    if let Some((at, target)) = first_external_ref(schema) {
+        return Err(format!("inputSchema has an external reference `{target}` at `{at}`; only `#...` references within the schema are allowed"));
+    }
+    Ok(())
+}
+
+/// Keywords whose value is a map of name → subschema.
+const MAP_KEYWORDS: &[&str] = &["properties", "patternProperties", "$defs", "definitions", "dependentSchemas"];
+/// Keywords whose value is one subschema.
+const SINGLE_KEYWORDS: &[&str] = &[
+    "additionalProperties",
+    "contains",
+    "propertyNames",
+    "not",
+    "if",
+    "then",
+    "else",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "additionalItems",
+    "contentSchema",
+];
+/// Keywords whose value is an array of subschemas (`items` may be either form).
+const ARRAY_KEYWORDS: &[&str] = &["allOf", "anyOf", "oneOf", "prefixItems"];
+
+/// Escape one JSON Pointer reference token (RFC 6901).
+pub fn escape_token(token: &str) -> String {
+    token.replace('~', "~0").replace('/', "~1")
+}
+
+/// Visit every subschema (including `schema` itself) with its JSON Pointer.
+/// Only keyword positions are descended: the contents of `const`, `enum`,
+/// `default` or `examples` are data, not schemas, and must not be mistaken for one.
+pub fn walk(schema: &Value, pointer: &str, visit: &mut dyn FnMut(&str, &Map<String, Value>)) {
+    let Value::Object(map) = schema else { return };
+    visit(pointer, map);
+    for (key, value) in map {
+        let here = format!("{pointer}/{}", escape_token(key));
+        let key = key.as_str();
+        match value {
+            Value::Object(children) if MAP_KEYWORDS.contains(&key) => {
+                for (name, child) in children {
+                    walk(child, &format!("{here}/{}", escape_token(name)), visit);
+                }
+            }
+            Value::Object(_) if SINGLE_KEYWORDS.contains(&key) || key == "items" => walk(value, &here, visit),
+            Value::Array(children) if ARRAY_KEYWORDS.contains(&key) || key == "items" => {
+                for (i, child) in children.iter().enumerate() {
+                    walk(child, &format!("{here}/{i}"), visit);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The first `$ref`/`$dynamicRef` that leaves the document, as `(pointer, ref)`.
+/// Plugins must be self-contained: the host never fetches schemas, and a reference
+/// that resolves only on the author's machine would fail at someone else's.
+pub fn first_external_ref(schema: &Value) -> Option<(String, String)> {
+    let mut found = None;
+    walk(schema, "", &mut |pointer, map| {
+        if found.is_some() {
+            return;
+        }
+        for keyword in ["$ref", "$dynamicRef"] {
+            if let Some(Value::String(target)) = map.get(keyword)
+                && !target.starts_with('#')
+            {
+                found = Some((format!("{pointer}/{keyword}"), target.clone()));
+                return;
+            }
+        }
+    });
+    found
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn external_refs_are_found_but_data_is_not_a_schema() {
+        let schema = json!({
+            "properties": {"a": {"$ref": "#/$defs/x"}, "b": {"const": {"$ref": "https://x"}}},
+            "$defs": {"x": {"type": "string"}}
+        });
+        assert_eq!(first_external_ref(&schema), None);
+        let schema = json!({"properties": {"a": {"items": {"$ref": "other.json"}}}});
+        assert_eq!(first_external_ref(&schema), Some(("/properties/a/items/$ref".to_string(), "other.json".to_string())));
+    }
+
+    #[test]
+    fn manifest_check_applies_the_host_rules() {
+        let ok = CommandSpec::query("fixture-echo").platform("fixture").domain("diagnostics");
+        let m = Manifest::new("fixture", "1.0.0").commands([ok.clone()]);
+        assert_eq!(m.check(), Ok(()));
+        let e = Manifest::new("fixture", "1.0.0").commands([ok.clone(), ok.clone()]).check().unwrap_err();
+        assert!(e.reason.contains("more than once"), "{e}");
+        let e = Manifest::new("fixture", "1.0.0").commands([CommandSpec::query("echo").platform("nowhere")]).check().unwrap_err();
+        assert_eq!(e.command.as_deref(), Some("echo"));
+        assert!(e.reason.contains("domain `nowhere`"), "{e}");
+        let e = Manifest::new("fixture", "1.0.0").commands([CommandSpec::query("Echo").domain("core")]).check().unwrap_err();
+        assert!(e.reason.contains("kebab-case"), "{e}");
+        let e = Manifest::new("fixture", "1.0.0").commands([CommandSpec::query("echo").domain("core").input_schema(json!({"type": "object"}))]).check().unwrap_err();
+        assert!(e.reason.contains("additionalProperties"), "{e}");
+    }
+}
