@@ -67,6 +67,32 @@ pub fn tagged_operations(properties: Value, common: &[&str], common_required: &[
     })
 }
 
+/// One operation of an engine command: name, description, its own fields (a JSON
+/// object of property schemas) and its required fields.
+pub type OperationSpec = (&'static str, &'static str, Value, Vec<&'static str>);
+
+/// [`tagged_operations`] for a list of operations that carry their own property
+/// schemas (the `intent` and `script` engines): the `operation` enum and the union
+/// of every operation's fields are derived from the list (the first schema given
+/// for a field wins), `common` fields are accepted by every operation.
+pub fn tagged_operation_list(operation_description: &str, ops: &[OperationSpec], common: &[(&str, Value)]) -> Value {
+    let mut all = Map::new();
+    all.insert("operation".into(), serde_json::json!({"type": "string", "enum": ops.iter().map(|o| o.0).collect::<Vec<_>>(), "description": operation_description}));
+    for (_, _, props, _) in ops {
+        for (k, v) in props.as_object().into_iter().flatten() {
+            all.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+    for (k, v) in common {
+        all.entry(k.to_string()).or_insert_with(|| v.clone());
+    }
+    let own: Vec<Vec<&str>> = ops.iter().map(|(_, _, props, _)| props.as_object().into_iter().flatten().map(|(k, _)| k.as_str()).collect()).collect();
+    let fields: Vec<OperationFields<'_>> =
+        ops.iter().zip(&own).map(|((operation, description, _, required), own)| OperationFields { operation, description, own, required }).collect();
+    let common_names: Vec<&str> = common.iter().map(|(k, _)| *k).collect();
+    tagged_operations(Value::Object(all), &common_names, &[], &fields)
+}
+
 /// The JSON type name of a value, as JSON Schema spells it.
 pub(crate) fn json_type(value: &Value) -> &'static str {
     match value {

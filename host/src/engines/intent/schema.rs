@@ -3,7 +3,9 @@
 //! operation accepts only its own (`unsupported_argument` otherwise).
 
 use aab_plugin_api::CommandSpec;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
+
+use crate::registry::schema::tagged_operation_list;
 
 pub const DEFAULT_LIFETIME_MS: u64 = 300_000;
 pub const MAX_LIFETIME_MS: u64 = 3_600_000;
@@ -94,7 +96,7 @@ fn budget() -> Value {
 }
 
 /// (operation, description, own properties, required)
-fn operations() -> Vec<(&'static str, &'static str, Value, Vec<&'static str>)> {
+fn operations() -> Vec<crate::registry::schema::OperationSpec> {
     let target = json!({
         "type": "object", "required": ["platform"],
         "description": "The app target; its fields are those of the chosen provider's targetSchema (Web h5: {platform:\"web\", sessionId, runtimeEpoch, targetId?})",
@@ -142,37 +144,14 @@ fn operations() -> Vec<(&'static str, &'static str, Value, Vec<&'static str>)> {
 }
 
 pub fn spec() -> CommandSpec {
-    let ops = operations();
-    let mut all = Map::new();
-    all.insert(
-        "operation".into(),
-        json!({"type": "string", "enum": ops.iter().map(|o| o.0).collect::<Vec<_>>(), "description": "start / status / observe / decide / pause / resume / cancel / intervene"}),
-    );
-    for (_, _, props, _) in &ops {
-        for (k, v) in props.as_object().expect("object") {
-            // `timeoutMs` is the lifetime on start and this call's deadline elsewhere.
-            all.entry(k.clone()).or_insert_with(|| v.clone());
-        }
-    }
-    all.insert("requestId".into(), json!({"type": "string", "minLength": 1, "maxLength": 256, "description": "Idempotency key"}));
-    all.insert("feedback".into(), json!({"type": "string", "enum": ["auto", "off", "full"]}));
-    let host_options = ["operation", "requestId", "feedback", "timeoutMs"];
-    let branches: Vec<Value> = ops
-        .iter()
-        .map(|(op, description, props, required)| {
-            let own = props.as_object().expect("object");
-            let mut properties = Map::new();
-            properties.insert("operation".into(), json!({"const": op}));
-            for k in all.keys() {
-                if !own.contains_key(k) && !host_options.contains(&k.as_str()) {
-                    properties.insert(k.clone(), Value::Bool(false));
-                }
-            }
-            let mut req = vec!["operation"];
-            req.extend(required.iter());
-            json!({"description": description, "properties": properties, "required": req})
-        })
-        .collect();
+    // `timeoutMs` is the lifetime on start and this call's deadline elsewhere; the
+    // idempotency key and feedback are host options every operation accepts.
+    let common = [
+        ("requestId", json!({"type": "string", "minLength": 1, "maxLength": 256, "description": "Idempotency key"})),
+        ("feedback", json!({"type": "string", "enum": ["auto", "off", "full"]})),
+        ("timeoutMs", json!({"type": "integer", "minimum": 1, "maximum": MAX_LIFETIME_MS, "description": "start: the Intent's lifetime; other operations: this call's deadline"})),
+    ];
+    let schema = tagged_operation_list("start / status / observe / decide / pause / resume / cancel / intervene", &operations(), &common);
     CommandSpec::conditional("intent", ["start", "decide"])
         .summary("Supervised observe → decide → act against a committed revision, with durable evidence (start/status/observe/decide/pause/resume/cancel/intervene)")
         .platform("multi")
@@ -180,11 +159,5 @@ pub fn spec() -> CommandSpec {
         .role("execution")
         .target_kind("platform-target")
         .timeouts(DEFAULT_LIFETIME_MS, MAX_LIFETIME_MS)
-        .input_schema(json!({
-            "type": "object",
-            "additionalProperties": false,
-            "properties": Value::Object(all),
-            "required": ["operation"],
-            "oneOf": branches
-        }))
+        .input_schema(schema)
 }

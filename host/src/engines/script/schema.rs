@@ -8,6 +8,8 @@
 use aab_plugin_api::CommandSpec;
 use serde_json::{Map, Value, json};
 
+use crate::registry::schema::tagged_operation_list;
+
 use super::{MIB, PERMISSIONS, SPEC_SCHEMA};
 
 /// The contract's execution targets as data: (platform, identity fields, connection
@@ -85,7 +87,7 @@ fn script_object() -> Value {
 }
 
 /// (operation, description, own properties, required)
-fn operations() -> Vec<(&'static str, &'static str, Value, Vec<&'static str>)> {
+fn operations() -> Vec<crate::registry::schema::OperationSpec> {
     let id = json!({"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", "description": "The operation id (start: optional, default script-<ms>-<n>)"});
     let read = json!({
         "operationId": id,
@@ -131,40 +133,18 @@ fn operations() -> Vec<(&'static str, &'static str, Value, Vec<&'static str>)> {
 
 /// The `script` command spec.
 pub fn spec() -> CommandSpec {
-    let ops = operations();
-    let mut all = Map::new();
-    all.insert(
-        "operation".into(),
-        json!({"type": "string", "enum": ops.iter().map(|o| o.0).collect::<Vec<_>>(),
-               "description": "start a script; status/wait read its state, events and history; result reads the persisted return value; pause/resume/cancel control it; decide answers ctx.askAgent; runtime-status lists the script runtimes"}),
+    let mut schema = tagged_operation_list(
+        "start a script; status/wait read its state, events and history; result reads the persisted return value; pause/resume/cancel control it; decide answers ctx.askAgent; runtime-status lists the script runtimes",
+        &operations(),
+        &[],
     );
-    for (_, _, props, _) in &ops {
-        for (k, v) in props.as_object().expect("object") {
-            all.entry(k.clone()).or_insert_with(|| v.clone());
+    // pythonPath belongs to python scripts only (contract: rejected at validation).
+    for branch in schema["oneOf"].as_array_mut().into_iter().flatten() {
+        if branch.pointer("/properties/pythonPath").is_none() {
+            branch["if"] = json!({"required": ["script"], "properties": {"script": {"required": ["language"], "properties": {"language": {"const": "javascript"}}}}});
+            branch["then"] = json!({"properties": {"pythonPath": false}});
         }
     }
-    let branches: Vec<Value> = ops
-        .iter()
-        .map(|(op, description, props, required)| {
-            let own = props.as_object().expect("object");
-            let mut properties = Map::new();
-            properties.insert("operation".into(), json!({"const": op}));
-            for k in all.keys() {
-                if !own.contains_key(k) && k != "operation" {
-                    properties.insert(k.clone(), Value::Bool(false));
-                }
-            }
-            let mut req = vec!["operation"];
-            req.extend(required.iter());
-            let mut branch = json!({"description": description, "properties": properties, "required": req});
-            if own.contains_key("pythonPath") {
-                // pythonPath belongs to python scripts only (contract: rejected at validation).
-                branch["if"] = json!({"required": ["script"], "properties": {"script": {"required": ["language"], "properties": {"language": {"const": "javascript"}}}}});
-                branch["then"] = json!({"properties": {"pythonPath": false}});
-            }
-            branch
-        })
-        .collect();
     CommandSpec::conditional(crate::builtins::SCRIPT, ["start", "pause", "resume", "decide", "cancel"])
         .summary("Run a JavaScript or Python program against a target with ctx.call, assertions, progress, checkpoints and agent questions; status, wait, pause, resume, decide, cancel and read its persisted result")
         .platform("multi")
@@ -172,11 +152,5 @@ pub fn spec() -> CommandSpec {
         .role("execution")
         .target_kind("platform-target")
         .timeouts(90_000, 600_000)
-        .input_schema(json!({
-            "type": "object",
-            "additionalProperties": false,
-            "properties": Value::Object(all),
-            "required": ["operation"],
-            "oneOf": branches
-        }))
+        .input_schema(schema)
 }
