@@ -12,13 +12,12 @@
 //! (and on drop), then reaps it and removes its temp dir.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio_util::sync::CancellationToken;
 
 const WORKER_JS: &str = include_str!("worker/agent-worker.js");
@@ -80,22 +79,12 @@ impl AgentChild {
             return Err(unavailable(format!("cannot write the agent worker: {e}")));
         }
         let name = prepared.source_path().map(|p| p.display().to_string()).unwrap_or_else(|| module.to_string());
-        let mut command = Command::new(prepared.runtime());
+        // The same child setup as Script children, so an agent also dies with the runtime.
+        let mut command = crate::engines::script::child::interpreter_command(prepared.runtime(), python);
         if python {
-            command.arg("-u").arg("-B");
+            command.arg("-B");
         }
-        command
-            .arg(dir.join(worker))
-            .arg(dir.join(module))
-            .arg(&name)
-            .current_dir(if cwd.is_dir() { cwd } else { dir.as_path() })
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .env("PYTHONIOENCODING", "utf-8")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .process_group(0);
+        command.arg(dir.join(worker)).arg(dir.join(module)).arg(&name).current_dir(if cwd.is_dir() { cwd } else { dir.as_path() });
         let mut child = match command.spawn() {
             Ok(c) => c,
             Err(e) => {

@@ -92,22 +92,8 @@ impl ScriptChild {
         };
         write(sdk_name, sdk_text).map_err(cleanup)?;
         write(main_name, source).map_err(cleanup)?;
-        let mut command = Command::new(runtime);
-        if python {
-            command.arg("-u");
-        }
-        command
-            .arg(dir.join(sdk_name))
-            .arg(dir.join(main_name))
-            .current_dir(cwd)
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .env("PYTHONIOENCODING", "utf-8")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .process_group(0);
-        die_with_parent(&mut command);
+        let mut command = interpreter_command(runtime, python);
+        command.arg(dir.join(sdk_name)).arg(dir.join(main_name)).current_dir(cwd);
         let mut child = command.spawn().map_err(|e| cleanup(format!("cannot start {}: {e}", runtime.display())))?;
         let pgid = child.id().map(|p| p as i32).unwrap_or(0);
         let stdin = child.stdin.take().expect("piped stdin");
@@ -185,6 +171,27 @@ impl Drop for ScriptChild {
 /// spawning thread dies (a tokio worker, alive as long as the runtime; so never spawn
 /// from `spawn_blocking` or `block_in_place`, whose threads end when idle). The SDKs
 /// also watch their parent themselves (portable, and for the process group).
+/// A `node` or `python3` child as the engines run them: piped stdio, its own process
+/// group (so the whole tree can be killed), killed on drop and with the runtime
+/// ([`die_with_parent`]); Python unbuffered and without bytecode files. The caller
+/// adds the program's arguments and working directory.
+pub(crate) fn interpreter_command(runtime: &Path, python: bool) -> Command {
+    let mut command = Command::new(runtime);
+    if python {
+        command.arg("-u");
+    }
+    command
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("PYTHONIOENCODING", "utf-8")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
+    die_with_parent(&mut command);
+    command
+}
+
 #[cfg(target_os = "linux")]
 fn die_with_parent(command: &mut tokio::process::Command) {
     // SAFETY: getpid is async-signal-safe and called before the fork.

@@ -9,7 +9,7 @@
 //! `result` record, and a terminal `checkpoint` carrying `resultRef`. `completed` is
 //! exposed only after the result was stored, re-read and verified.
 
-mod child;
+pub(crate) mod child;
 mod ops;
 mod schema;
 
