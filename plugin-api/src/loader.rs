@@ -107,6 +107,13 @@ pub type HostService = Box<dyn Fn(&str, &str) -> Result<String, String> + Send +
 
 /// Host services behind one plugin call: deadline, cancellation, dispatch mark, log
 /// sink and the generic JSON service. Shared with the caller through `Arc`s.
+/// Milliseconds left until `deadline`, rounded up: 0 must mean "the deadline has
+/// passed", never "less than 1 ms left", so a plugin that stops at 0 agrees with the
+/// host about why it stopped. Shared by every host-callback implementation.
+pub fn remaining_ms_until(deadline: Instant) -> u64 {
+    deadline.saturating_duration_since(Instant::now()).as_micros().div_ceil(1000) as u64
+}
+
 pub struct CallState {
     pub deadline: Instant,
     pub cancelled: Arc<AtomicBool>,
@@ -120,10 +127,7 @@ impl HostCallbacks for CallState {
         self.cancelled.load(Ordering::SeqCst)
     }
     fn remaining_ms(&self) -> u64 {
-        // Round up: 0 must mean "the deadline has passed", never "less than 1 ms left",
-        // so a plugin that stops at 0 agrees with the host about why it stopped.
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        left.as_micros().div_ceil(1000) as u64
+        remaining_ms_until(self.deadline)
     }
     fn mark_dispatched(&self) {
         self.dispatched.store(true, Ordering::SeqCst)

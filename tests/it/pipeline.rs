@@ -16,7 +16,7 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use aab_e2e::{Run, TestEnv, error_code, error_facts, error_field, process_alive, wait_for_exit};
+use aab_e2e::{Run, TestEnv, error_code, error_facts, error_field, wait_for_exit};
 use serde_json::{Value, json};
 
 // ------------------------------------------------------------------ helpers
@@ -189,17 +189,6 @@ fn receipt_files(dir: &Path) -> Vec<String> {
         std::fs::read_dir(dir).map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default();
     names.sort();
     names
-}
-
-/// SIGKILL the runtime of `env`; returns its pid once it is gone.
-#[track_caller]
-fn kill_runtime(env: &TestEnv) -> i32 {
-    let pid = env.runtime_pid().unwrap_or_else(|| panic!("no runtime pid to kill\n{}", env.report(None)));
-    assert!(process_alive(pid), "runtime {pid} is not alive before SIGKILL\n{}", env.report(None));
-    // SAFETY: plain syscall on the pid of this test's own endpoint.json.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
-    assert!(wait_for_exit(pid, Duration::from_secs(10)), "runtime {pid} survived SIGKILL\n{}", env.report(None));
-    pid
 }
 
 fn runtime_start(env: &TestEnv) -> Value {
@@ -426,7 +415,7 @@ fn sigkill_mid_action_leaves_the_device_unresolved_until_reconciled() {
             assert!(Instant::now() < deadline, "no receipt for {action}\n{}", env.report(None));
             thread::sleep(Duration::from_millis(5));
         }
-        kill_runtime(&env);
+        env.kill_runtime();
         (h.join().unwrap(), action)
     });
     let (run, action) = client;
@@ -528,7 +517,7 @@ fn sigkill_keeps_pending_and_never_replays(dispatch_first: bool) {
         // The plugin is sleeping (and, with dispatchFirst, has marked dispatch).
         thread::sleep(Duration::from_millis(200));
         let before = std::fs::read(env.journal_path(serial)).unwrap();
-        kill_runtime(&env);
+        env.kill_runtime();
         let killed_at = Instant::now();
         (h.join().unwrap(), before, killed_at)
     });

@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use aab_e2e::{Mcp, Run, TestEnv, error_code, error_facts, process_alive, wait_for_exit};
+use aab_e2e::{Mcp, Run, TestEnv, error_code, error_facts, process_alive};
 use serde_json::{Value, json};
 
 const DEFAULT_ROUNDS: u64 = 6;
@@ -268,16 +268,6 @@ fn phases(env: &TestEnv, devices: &[(String, String)]) -> Vec<(String, Value)> {
     })
 }
 
-#[track_caller]
-fn kill_runtime(env: &TestEnv) -> i32 {
-    let pid = env.runtime_pid().unwrap_or_else(|| panic!("no runtime pid to kill\n{}", env.report(None)));
-    assert!(process_alive(pid), "runtime {pid} is not alive before SIGKILL\n{}", env.report(None));
-    // SAFETY: plain syscall on the pid of this test's own endpoint.json.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
-    assert!(wait_for_exit(pid, Duration::from_secs(10)), "runtime {pid} survived SIGKILL\n{}", env.report(None));
-    pid
-}
-
 /// Every `control.history` record in the FactStore, by global sequence. Opened
 /// read-only beside the live runtime (it takes no writer lock).
 fn history_records(env: &TestEnv) -> BTreeMap<u64, Value> {
@@ -412,7 +402,7 @@ fn round(env: &TestEnv, round: u64, rng: &mut Rng, log_path: &Path, receipts: &P
         }
         let _stop = StopOnDrop(&stop);
         thread::sleep(delay);
-        kill_runtime(env);
+        env.kill_runtime();
     });
     let round_sent: Vec<Sent> = sent_round.into_inner().unwrap();
     let t_clients = t0.elapsed();

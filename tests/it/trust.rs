@@ -30,12 +30,6 @@ fn endpoint(env: &TestEnv) -> (u16, String, String, i32) {
     (port, token, runtime_id, pid)
 }
 
-fn kill9(env: &TestEnv, pid: i32) {
-    // SAFETY: sending a signal to a pid we started.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
-    assert!(wait_for_exit(pid, Duration::from_secs(15)), "runtime {pid} survived SIGKILL\n{}", env.report(None));
-}
-
 fn status(env: &TestEnv) -> Value {
     let run = env.aab(&["runtime", "--operation", "status"]);
     env.expect_ok(&run, "runtime status")
@@ -108,8 +102,8 @@ fn a_dead_runtimes_port_is_never_trusted_and_learns_nothing() {
     let env = TestEnv::new();
     env.install_fixtures();
     echo(&env, "first");
-    let (port, token, runtime_id, pid) = endpoint(&env);
-    kill9(&env, pid);
+    let (port, token, runtime_id, _) = endpoint(&env);
+    env.kill_runtime();
     let impostor = Impostor::bind(port);
 
     // Status: the owner lock is free, so the stale record is not even connected to.
@@ -432,8 +426,7 @@ fn read_only_wal_files_never_crash_the_runtime_and_the_store_recovers() {
     let env = TestEnv::new();
     env.install_fixtures();
     echo(&env, "create the store");
-    let pid = endpoint(&env).3;
-    kill9(&env, pid);
+    env.kill_runtime();
     let sidecars: Vec<_> = ["facts.sqlite-wal", "facts.sqlite-shm"].iter().map(|n| env.facts.join(n)).filter(|p| p.exists()).collect();
     assert!(!sidecars.is_empty(), "a killed writer leaves its WAL files\n{}", env.report(None));
     // Truncate the shared-memory file and make both immutable (read-only even for

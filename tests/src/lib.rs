@@ -504,6 +504,18 @@ impl TestEnv {
         self.endpoint()?.get("pid")?.as_i64().and_then(|p| i32::try_from(p).ok())
     }
 
+    /// SIGKILL the runtime named by this env's endpoint record; returns its pid once
+    /// it is gone.
+    #[track_caller]
+    pub fn kill_runtime(&self) -> i32 {
+        let pid = self.runtime_pid().unwrap_or_else(|| panic!("no runtime pid to kill\n{}", self.report(None)));
+        assert!(process_alive(pid), "runtime {pid} is not alive before SIGKILL\n{}", self.report(None));
+        // SAFETY: plain syscall on the pid of this test's own endpoint.json.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        assert!(wait_for_exit(pid, Duration::from_secs(15)), "runtime {pid} survived SIGKILL\n{}", self.report(None));
+        pid
+    }
+
     /// Pids of live (non-zombie) processes whose environment carries this test's
     /// runtime home: the runtime daemon(s) and any `aab` client still running.
     pub fn live_processes(&self) -> Vec<i32> {

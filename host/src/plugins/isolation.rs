@@ -563,8 +563,7 @@ impl HostCallbacks for ChildCallbacks {
         self.cancelled.load(Ordering::SeqCst)
     }
     fn remaining_ms(&self) -> u64 {
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        left.as_micros().div_ceil(1000) as u64
+        aab_plugin_api::loader::remaining_ms_until(self.deadline)
     }
     fn mark_dispatched(&self) {
         emit(&self.out, &json!({"t": "mark", "id": self.id}));
