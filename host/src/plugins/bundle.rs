@@ -34,20 +34,27 @@ pub struct BundleEntry {
     pub size: u64,
 }
 
-/// `Ok(None)` = no bundle manifest; `Err` = a manifest that cannot be trusted.
-pub fn read_bundle_manifest(dir: &Path) -> Option<Result<BundleManifest, CommandError>> {
+/// Largest bundle manifest read (it lists file names and hashes).
+const MAX_BUNDLE_MANIFEST_BYTES: u64 = 4 * 1024 * 1024;
+
+/// The raw bytes of `<dir>/aab-bundle.json`, read once per catalog build (bounded,
+/// regular file only): `Ok(None)` when there is none, `Err` for one that cannot be
+/// read safely (FIFO, symlink, oversized).
+pub fn read_bundle_bytes(dir: &Path) -> Result<Option<Vec<u8>>, CommandError> {
     let path = dir.join(BUNDLE_MANIFEST);
-    let bytes = std::fs::read(&path).ok()?;
-    let parsed = serde_json::from_slice::<BundleManifest>(&bytes)
-        .map_err(|e| CommandError::new("plugin_bundle_invalid", format!("{}: {e}", path.display())))
-        .and_then(|m| {
-            if m.schema == BUNDLE_SCHEMA {
-                Ok(m)
-            } else {
-                Err(CommandError::new("plugin_bundle_invalid", format!("{}: unsupported schema `{}`", path.display(), m.schema)))
-            }
-        });
-    Some(parsed)
+    crate::fsread::read_regular_bounded(&path, MAX_BUNDLE_MANIFEST_BYTES).map_err(|e| CommandError::new("plugin_bundle_invalid", format!("{}: {e}", path.display())))
+}
+
+/// The bundle manifest in `bytes` (read from `dir`); `Err` = one that cannot be trusted.
+pub fn parse_bundle_manifest(dir: &Path, bytes: &[u8]) -> Result<BundleManifest, CommandError> {
+    let path = dir.join(BUNDLE_MANIFEST);
+    serde_json::from_slice::<BundleManifest>(bytes).map_err(|e| CommandError::new("plugin_bundle_invalid", format!("{}: {e}", path.display()))).and_then(|m| {
+        if m.schema == BUNDLE_SCHEMA {
+            Ok(m)
+        } else {
+            Err(CommandError::new("plugin_bundle_invalid", format!("{}: unsupported schema `{}`", path.display(), m.schema)))
+        }
+    })
 }
 
 /// Trust decision for one plugin file.
@@ -125,9 +132,9 @@ pub fn verify_report(dir: &Path) -> PublicReply {
 }
 
 fn verify(dir: &Path) -> Result<Value, CommandError> {
-    let manifest = match read_bundle_manifest(dir) {
+    let manifest = match read_bundle_bytes(dir)? {
         None => return Err(CommandError::new("plugin_bundle_invalid", format!("{} has no {BUNDLE_MANIFEST}", dir.display())).with_field("dir")),
-        Some(m) => m?,
+        Some(bytes) => parse_bundle_manifest(dir, &bytes)?,
     };
     let mut results = Vec::new();
     let mut problems = Vec::new();

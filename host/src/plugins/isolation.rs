@@ -86,11 +86,12 @@ pub struct IsolationPolicy {
 }
 
 impl IsolationPolicy {
-    pub fn read(plugin_dir: &Path) -> IsolationPolicy {
-        let bundle = std::fs::read_to_string(plugin_dir.join(super::BUNDLE_MANIFEST)).ok();
-        let file = std::fs::read_to_string(plugin_dir.join(ISOLATION_FILE)).ok();
+    /// The policy for `plugin_dir`, given the bundle manifest's text the caller
+    /// already read (the catalog reads it once for trust, identity and this).
+    pub fn read(plugin_dir: &Path, bundle: Option<&str>) -> IsolationPolicy {
+        let file = crate::fsread::read_regular_bounded(&plugin_dir.join(ISOLATION_FILE), 1024 * 1024).ok().flatten().and_then(|b| String::from_utf8(b).ok());
         let env = std::env::var(ISOLATION_ENV).ok();
-        IsolationPolicy::from_sources(bundle.as_deref(), file.as_deref(), env.as_deref())
+        IsolationPolicy::from_sources(bundle, file.as_deref(), env.as_deref())
     }
 
     /// The policy from the three sources' texts, lowest precedence first.

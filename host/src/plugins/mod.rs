@@ -137,9 +137,17 @@ impl Catalog {
         let mut reports = Vec::new();
         let mut modules = BTreeMap::new();
         let mut file_digests = BTreeMap::new();
-        let bundle = bundle::read_bundle_manifest(&config.plugin_dir);
-        let bundle_digest = std::fs::read(config.plugin_dir.join(BUNDLE_MANIFEST)).ok().map(|b| crate::digest::sha256_hex(&b));
-        let isolation = IsolationPolicy::read(&config.plugin_dir);
+        // One read of the bundle manifest serves the trust check, the identity digest
+        // and the isolation policy.
+        let bundle_bytes = bundle::read_bundle_bytes(&config.plugin_dir);
+        let bundle = match &bundle_bytes {
+            Ok(Some(bytes)) => Some(bundle::parse_bundle_manifest(&config.plugin_dir, bytes)),
+            Ok(None) => None,
+            Err(e) => Some(Err(e.clone())),
+        };
+        let bundle_bytes = bundle_bytes.ok().flatten();
+        let bundle_digest = bundle_bytes.as_deref().map(crate::digest::sha256_hex);
+        let isolation = IsolationPolicy::read(&config.plugin_dir, bundle_bytes.as_deref().and_then(|b| std::str::from_utf8(b).ok()));
 
         let files = match scan(&config.plugin_dir) {
             Ok(files) => files,
