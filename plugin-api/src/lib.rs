@@ -31,5 +31,5 @@ pub use abi_stable;
 #[doc(hidden)]
 pub use serde_json;
 
-pub use protocol::{CommandSpec, Invocation, Manifest, Outcome, ProviderError, Reply};
+pub use protocol::{CommandSpec, DomainSpec, Invocation, Manifest, Outcome, ProviderError, Reply};
 pub use sdk::{Command, Commands, Context, HostHandle, Provider};

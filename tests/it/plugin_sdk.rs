@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 /// see each other's variables.
 static MISBEHAVE_ENV: Mutex<()> = Mutex::new(());
 
-const MISBEHAVE_VARS: [&str; 3] = ["AAB_MISBEHAVE_CLAIM", "AAB_MISBEHAVE_MANIFEST_PANIC", "AAB_MISBEHAVE_PLUGIN_API"];
+const MISBEHAVE_VARS: [&str; 4] = ["AAB_MISBEHAVE_CLAIM", "AAB_MISBEHAVE_MANIFEST_PANIC", "AAB_MISBEHAVE_PLUGIN_API", "AAB_MISBEHAVE_PRIVATE_DOMAIN"];
 
 fn env_lock() -> MutexGuard<'static, ()> {
     MISBEHAVE_ENV.lock().unwrap_or_else(|e| e.into_inner())
@@ -328,6 +328,18 @@ fn claim_mode_advertises_the_claimed_command() {
     let plugin = result.unwrap_or_else(|e| panic!("claim mode must still load: {e}"));
     let names: Vec<&str> = plugin.manifest.commands.iter().map(|c| c.command.as_str()).collect();
     assert_eq!(names, ["misbehave", "fixture-echo"]);
+}
+
+#[test]
+fn private_domain_mode_loads_and_a_builtin_name_is_refused() {
+    let (result, _copy) = load_misbehaving(&[("AAB_MISBEHAVE_PRIVATE_DOMAIN", "chaos")]);
+    let plugin = result.unwrap_or_else(|e| panic!("a declared private domain must load: {e}"));
+    assert_eq!(plugin.manifest.domains.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["chaos"]);
+    assert_eq!(plugin.manifest.commands[0].domain, "chaos");
+    let (result, _copy) = load_misbehaving(&[("AAB_MISBEHAVE_PRIVATE_DOMAIN", "core")]);
+    let e = refused(result, Path::new("misbehaving copy with AAB_MISBEHAVE_PRIVATE_DOMAIN=core"));
+    assert_eq!(e.code, "plugin_manifest_invalid", "{e}");
+    assert!(e.message.contains("declared domain `core`") && e.message.contains("built-in"), "{e}");
 }
 
 #[test]
