@@ -381,8 +381,13 @@ fn typed_arguments_refuse_unknown_fields_and_host_options_are_invocation_fields(
     // What an older host sent: the execution options inside `arguments`.
     let v = expect_ok(&plugin.invoke("fixture-echo", json!({"message": "hi", "requestId": "r-1", "feedback": "off", "timeoutMs": 1234})), "echo");
     assert_eq!((v["requestId"].clone(), v["feedback"].clone(), v["echo"].clone()), (json!("r-1"), json!("off"), json!("hi")), "{v}");
-    // An argument the type does not know (the host's schema would have refused it).
+    // An argument the type does not know: the host's schema refuses it first (as
+    // TestPlugin does) ...
     let outcome = plugin.invoke("fixture-echo", json!({"message": "hi", "colour": "red"}));
+    let e = expect_err(&outcome, "unsupported_argument", "unknown field, validated");
+    assert_eq!((e.field.as_deref(), e.dispatched), (Some("colour"), Some(false)), "{e:?}");
+    // ... and the typed arguments refuse it too when a host would not have.
+    let outcome = plugin.invoke_unvalidated("fixture-echo", json!({"message": "hi", "colour": "red"}), Duration::from_secs(10), no_cancel());
     let e = expect_err(&outcome, aab_plugin_api::codes::PLUGIN_ARGUMENTS_MISMATCH, "unknown field");
     assert!(e.message.contains("colour") && e.dispatched == Some(false), "{e:?}");
 }

@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 
 use aab_plugin_api::{CommandSpec, Manifest};
 use jsonschema::Validator;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::error::CommandError;
 
@@ -72,16 +72,10 @@ impl RegisteredCommand {
         })
     }
 
-    /// Validate already-parsed arguments (object check, depth, schema).
+    /// Validate already-parsed arguments (object check, depth, schema) with the
+    /// validator shared with `TestPlugin`.
     pub fn validate_arguments(&self, arguments: &Value) -> Result<(), CommandError> {
-        if !arguments.is_object() {
-            return Err(CommandError::invalid(
-                "arguments",
-                format!("`arguments` must be a JSON object of `{}` arguments, got {}", self.spec.command, validate::preview(arguments)),
-            ));
-        }
-        validate::check_depth(arguments, validate::MAX_ARGUMENT_DEPTH, "arguments")?;
-        validate::validate_instance(self.validator()?, &self.input_schema, arguments, "arguments")
+        validate::validate_arguments(&self.spec.command, self.validator()?, &self.input_schema, arguments)
     }
 
     /// The `operation` values that select variants of this command, if any.
@@ -343,34 +337,10 @@ fn conflict(file: &Path, command: &str, owner: &CommandOrigin) -> CommandError {
     .with_details(json!({"file": file.display().to_string(), "command": command, "owner": owner.provider()}))
 }
 
-/// The spec's schema plus `requestId`, `feedback` and `timeoutMs`, unless the schema
-/// defines them itself (a command may narrow them, e.g. a shorter `timeoutMs`).
+/// The spec's schema plus `requestId`, `feedback` and `timeoutMs` (plugin-api owns
+/// it, so `TestPlugin` validates against the very schema the host does).
 fn with_execution_options(spec: &CommandSpec) -> Value {
-    let mut schema = spec.input_schema.clone();
-    let Value::Object(root) = &mut schema else { return schema };
-    let properties = root.entry("properties").or_insert_with(|| Value::Object(Map::new()));
-    let Value::Object(properties) = properties else { return schema };
-    let options = [
-        (
-            "requestId",
-            json!({"type": "string", "minLength": 1, "maxLength": 256,
-                   "description": "Idempotency key: a repeated request with the same requestId and arguments returns the first outcome instead of acting again"}),
-        ),
-        (
-            "feedback",
-            json!({"type": "string", "enum": ["auto", "off", "full"],
-                   "description": "Execution feedback attached to object results as `_feedback` (default auto; off returns the provider result unchanged)"}),
-        ),
-        (
-            "timeoutMs",
-            json!({"type": "integer", "minimum": 1, "maximum": spec.max_timeout_ms, "default": spec.default_timeout_ms,
-                   "description": format!("Deadline for the whole command in milliseconds (default {}, at most {})", spec.default_timeout_ms, spec.max_timeout_ms)}),
-        ),
-    ];
-    for (name, option) in options {
-        properties.entry(name).or_insert(option);
-    }
-    schema
+    aab_plugin_api::validate::input_schema_with_host_options(spec)
 }
 
 #[cfg(test)]
