@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 /// see each other's variables.
 static MISBEHAVE_ENV: Mutex<()> = Mutex::new(());
 
-const MISBEHAVE_VARS: [&str; 4] = ["AAB_MISBEHAVE_CLAIM", "AAB_MISBEHAVE_MANIFEST_PANIC", "AAB_MISBEHAVE_PLUGIN_API", "AAB_MISBEHAVE_PRIVATE_DOMAIN"];
+const MISBEHAVE_VARS: [&str; 5] = ["AAB_MISBEHAVE_CLAIM", "AAB_MISBEHAVE_MANIFEST_PANIC", "AAB_MISBEHAVE_PLUGIN_API", "AAB_MISBEHAVE_PRIVATE_DOMAIN", "AAB_MISBEHAVE_BAD_SCHEMA"];
 
 fn env_lock() -> MutexGuard<'static, ()> {
     MISBEHAVE_ENV.lock().unwrap_or_else(|e| e.into_inner())
@@ -373,6 +373,27 @@ fn test_plugin_refuses_what_the_host_refuses() {
         let e = refused(result, Path::new(claim));
         assert_eq!(e.code, "plugin_manifest_invalid", "{claim}: {e}");
     }
+}
+
+#[test]
+fn test_plugin_refuses_a_schema_the_host_cannot_compile() {
+    let (result, _copy) = load_misbehaving(&[("AAB_MISBEHAVE_BAD_SCHEMA", "1")]);
+    let e = refused(result, Path::new("misbehaving copy with AAB_MISBEHAVE_BAD_SCHEMA=1"));
+    assert_eq!(e.code, "plugin_manifest_invalid", "{e}");
+    assert!(e.message.contains("command `misbehave` is invalid: its inputSchema does not compile"), "{e}");
+}
+
+#[test]
+fn test_plugin_validates_arguments_before_the_plugin_sees_them() {
+    let plugin = load("aab_fixture_fixture");
+    // `fixture-sleep` would sleep (and mark dispatch) if it were called.
+    let outcome = plugin.invoke("fixture-sleep", json!({"durationMs": -1, "dispatchFirst": true}));
+    let e = expect_err(&outcome, "invalid_argument", "negative duration");
+    assert_eq!((e.field.as_deref(), e.dispatched), (Some("durationMs"), Some(false)), "{e:?}");
+    assert!(!outcome.dispatch_marked, "the plugin never ran");
+    assert_eq!(plugin.validate("fixture-sleep", &json!({"durationMs": 1})), Ok(()));
+    let e = plugin.validate("fixture-nope", &json!({})).unwrap_err();
+    assert_eq!((e.code.as_str(), e.field.as_deref()), ("unknown_command", Some("command")));
 }
 
 #[test]
