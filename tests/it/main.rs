@@ -8,6 +8,7 @@ mod foundation;
 mod hostile;
 mod intent;
 mod isolation;
+mod parity;
 mod pipeline;
 mod plugin_install;
 mod plugin_sdk;

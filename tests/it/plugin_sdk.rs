@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 /// see each other's variables.
 static MISBEHAVE_ENV: Mutex<()> = Mutex::new(());
 
-const MISBEHAVE_VARS: [&str; 3] = ["AAB_MISBEHAVE_CLAIM", "AAB_MISBEHAVE_MANIFEST_PANIC", "AAB_MISBEHAVE_PLUGIN_API"];
+const MISBEHAVE_VARS: [&str; 4] = ["AAB_MISBEHAVE_CLAIM", "AAB_MISBEHAVE_MANIFEST_PANIC", "AAB_MISBEHAVE_PLUGIN_API", "AAB_MISBEHAVE_PRIVATE_DOMAIN"];
 
 fn env_lock() -> MutexGuard<'static, ()> {
     MISBEHAVE_ENV.lock().unwrap_or_else(|e| e.into_inner())
@@ -331,6 +331,18 @@ fn claim_mode_advertises_the_claimed_command() {
 }
 
 #[test]
+fn private_domain_mode_loads_and_a_builtin_name_is_refused() {
+    let (result, _copy) = load_misbehaving(&[("AAB_MISBEHAVE_PRIVATE_DOMAIN", "chaos")]);
+    let plugin = result.unwrap_or_else(|e| panic!("a declared private domain must load: {e}"));
+    assert_eq!(plugin.manifest.domains.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["chaos"]);
+    assert_eq!(plugin.manifest.commands[0].domain, "chaos");
+    let (result, _copy) = load_misbehaving(&[("AAB_MISBEHAVE_PRIVATE_DOMAIN", "core")]);
+    let e = refused(result, Path::new("misbehaving copy with AAB_MISBEHAVE_PRIVATE_DOMAIN=core"));
+    assert_eq!(e.code, "plugin_manifest_invalid", "{e}");
+    assert!(e.message.contains("declared domain `core`") && e.message.contains("built-in"), "{e}");
+}
+
+#[test]
 fn test_plugin_offers_in_memory_host_services() {
     let plugin = load("aab_fixture_fixture");
     let info = expect_ok(&plugin.invoke("fixture-host", json!({"method": "host.info"})), "host.info")["result"].clone();
@@ -369,8 +381,13 @@ fn typed_arguments_refuse_unknown_fields_and_host_options_are_invocation_fields(
     // What an older host sent: the execution options inside `arguments`.
     let v = expect_ok(&plugin.invoke("fixture-echo", json!({"message": "hi", "requestId": "r-1", "feedback": "off", "timeoutMs": 1234})), "echo");
     assert_eq!((v["requestId"].clone(), v["feedback"].clone(), v["echo"].clone()), (json!("r-1"), json!("off"), json!("hi")), "{v}");
-    // An argument the type does not know (the host's schema would have refused it).
+    // An argument the type does not know: the host's schema refuses it first (as
+    // TestPlugin does) ...
     let outcome = plugin.invoke("fixture-echo", json!({"message": "hi", "colour": "red"}));
+    let e = expect_err(&outcome, "unsupported_argument", "unknown field, validated");
+    assert_eq!((e.field.as_deref(), e.dispatched), (Some("colour"), Some(false)), "{e:?}");
+    // ... and the typed arguments refuse it too when a host would not have.
+    let outcome = plugin.invoke_unvalidated("fixture-echo", json!({"message": "hi", "colour": "red"}), Duration::from_secs(10), no_cancel());
     let e = expect_err(&outcome, aab_plugin_api::codes::PLUGIN_ARGUMENTS_MISMATCH, "unknown field");
     assert!(e.message.contains("colour") && e.dispatched == Some(false), "{e:?}");
 }

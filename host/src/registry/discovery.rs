@@ -72,9 +72,9 @@ fn answer(registry: &Registry, query: &Value) -> Result<Answer, CommandError> {
     let text = |key: &str| query.get(key).and_then(Value::as_str);
 
     if let Some(domain) = text("domain")
-        && !DOMAINS.iter().any(|(d, _)| *d == domain)
+        && !registry.domains().iter().any(|(d, _)| *d == domain)
     {
-        return Err(unknown_domain(domain));
+        return Err(unknown_domain(registry, domain));
     }
     let command = text("command");
     if command.is_some() && text("domain").is_some() {
@@ -148,8 +148,8 @@ fn narrow_field(payload: &mut Value, narrowing: &super::FieldNarrowing, filters:
     Ok(())
 }
 
-fn unknown_domain(domain: &str) -> CommandError {
-    let domains: Vec<&str> = DOMAINS.iter().map(|(d, _)| *d).collect();
+fn unknown_domain(registry: &Registry, domain: &str) -> CommandError {
+    let domains: Vec<&str> = registry.domains().into_iter().map(|(d, _)| d).collect();
     CommandError::new(
         "unknown_domain",
         format!(
@@ -165,7 +165,8 @@ fn unknown_domain(domain: &str) -> CommandError {
 fn directory(registry: &Registry, only: Option<&str>, include_options: bool) -> Answer {
     let mut domains = Map::new();
     let mut largest: Option<(usize, &str)> = None;
-    for (domain, _) in DOMAINS.iter().filter(|(d, _)| only.is_none_or(|o| o == *d)) {
+    let all_domains = registry.domains();
+    for (domain, _) in all_domains.iter().filter(|(d, _)| only.is_none_or(|o| o == *d)) {
         let entries: Vec<Value> = registry
             .iter()
             .filter(|c| c.spec.domain == *domain)
@@ -189,7 +190,7 @@ fn directory(registry: &Registry, only: Option<&str>, include_options: bool) -> 
             domains.insert(domain.to_string(), Value::Array(entries));
         }
     }
-    let command_domains: Map<String, Value> = DOMAINS.iter().map(|(d, text)| (d.to_string(), json!(text))).collect();
+    let command_domains: Map<String, Value> = all_domains.iter().map(|(d, text)| (d.to_string(), json!(text))).collect();
     let payload = json!({
         "ok": true,
         "surface": "compact",
@@ -301,7 +302,7 @@ pub fn help_text(registry: &Registry) -> String {
     out.push_str("  aab mcp                                                     serve the MCP tools `capabilities` and `run` on stdio\n");
     out.push_str("  aab plugins list|bundle|verify|install|remove               manage provider plugins\n");
     let width = registry.iter().map(|c| c.spec.command.len()).max().unwrap_or(0);
-    for (domain, description) in DOMAINS {
+    for (domain, description) in registry.domains() {
         let commands: Vec<&RegisteredCommand> = registry.iter().filter(|c| c.spec.domain == domain).collect();
         if commands.is_empty() {
             continue;
@@ -317,9 +318,15 @@ pub fn help_text(registry: &Registry) -> String {
     out
 }
 
-/// Input schema of the MCP `capabilities` tool.
+/// Input schema of the MCP `capabilities` tool, for the built-in domains.
 pub fn capabilities_input_schema() -> Value {
-    let domains: Vec<&str> = DOMAINS.iter().map(|(d, _)| *d).collect();
+    capabilities_input_schema_with(&Registry::default())
+}
+
+/// Input schema of the MCP `capabilities` tool: `domain` lists the registry's
+/// domains (built-in, then the loaded plugins' private ones).
+pub fn capabilities_input_schema_with(registry: &Registry) -> Value {
+    let domains: Vec<&str> = registry.domains().into_iter().map(|(d, _)| d).collect();
     let mut schema = query_schema().clone();
     schema["properties"]["domain"]["enum"] = json!(domains);
     schema
@@ -427,6 +434,32 @@ mod tests {
         assert_eq!((v["error"].as_str(), v["field"].as_str()), (Some("unknown_domain"), Some("domain")));
         let message = v["message"].as_str().unwrap();
         assert!(message.contains("android is a platform, not a domain") && message.contains("diagnostics"), "{message}");
+    }
+
+    #[test]
+    fn private_domains_are_listed_after_the_builtin_ones() {
+        let mut registry = registry();
+        let mut acme = aab_plugin_api::Manifest::new("acme", "1.0.0");
+        acme.platforms = vec!["acme".into()];
+        acme.domains = vec![aab_plugin_api::DomainSpec::new("acme-lab", "Acme lab devices")];
+        acme.commands = vec![spec("acme-ping", "acme-lab", "acme", object_schema(json!({}), &[]))];
+        registry.add_plugin("acme", Path::new("/p/libacme.so"), &acme).unwrap();
+        let v = capabilities(&registry, &json!({}));
+        let domains: Vec<&String> = v["domains"].as_object().unwrap().keys().collect();
+        assert_eq!(domains, ["execution", "core", "action", "web", "acme-lab"], "private domains after the canonical order");
+        assert_eq!(v["commandDomains"]["acme-lab"], json!("Acme lab devices"));
+        assert_eq!(v["commandDomains"].as_object().unwrap().keys().last().map(String::as_str), Some("acme-lab"));
+        let v = capabilities(&registry, &json!({"domain": "acme-lab"}));
+        assert_eq!(v["domains"], json!({"acme-lab": [{"command": "acme-ping", "summary": "acme-ping summary"}]}));
+        assert_eq!(capabilities(&registry, &json!({"command": "acme-ping"}))["domain"], json!("acme-lab"));
+        let v = capabilities(&registry, &json!({"domain": "acme"}));
+        assert_eq!(v["error"], json!("unknown_domain"));
+        assert_eq!(v["details"]["allowed"].as_array().unwrap().last(), Some(&json!("acme-lab")));
+        let text = help_text(&registry);
+        assert!(text.contains("\nacme-lab — Acme lab devices\n  acme-ping"), "{text}");
+        assert!(text.find("\nweb — ").unwrap() < text.find("\nacme-lab — ").unwrap());
+        let schema = capabilities_input_schema_with(&registry);
+        assert_eq!(schema["properties"]["domain"]["enum"].as_array().unwrap().last(), Some(&json!("acme-lab")));
     }
 
     #[test]
