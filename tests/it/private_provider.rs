@@ -121,6 +121,12 @@ fn private_provider_from_a_verified_bundle_runs_next_to_the_hosts_plugins() {
     // MCP: the same runtime serves the query and a second mutation.
     {
         let mut mcp = env.mcp();
+        // The plugin's own domain is a heading of its own, holding both commands.
+        let (body, is_error) = mcp.call_tool("capabilities", json!({"domain": "acme"}));
+        let text = body.to_string();
+        if is_error || body.pointer("/commandDomains/acme").is_none() || !text.contains("acme-panel-read") || !text.contains("acme-panel-write") {
+            mcp.fail(&format!("capabilities {{domain: acme}} must list the private domain with both commands; got isError {is_error}, body {body}"));
+        }
         let (body, is_error) = mcp.call_tool("run", json!({"command": "acme-panel-read", "arguments": {"panel": "p1"}, "extract": null}));
         if is_error || body.pointer("/value/text") != Some(&json!("hello from the CLI")) || body.pointer("/value/writes") != Some(&json!(1)) {
             mcp.fail(&format!("acme-panel-read over MCP must see the CLI's write; got isError {is_error}, body {body}"));

@@ -22,7 +22,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use aab_plugin_api::host::Durability;
-use aab_plugin_api::{Command, CommandSpec, Commands, Context, Invocation, Manifest, Provider, ProviderError, Reply, codes};
+use aab_plugin_api::{Command, CommandSpec, Commands, Context, DomainSpec, Invocation, Manifest, Provider, ProviderError, Reply, codes};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -30,8 +30,9 @@ use serde_json::{Value, json};
 pub const PLUGIN: &str = "acme";
 /// The platform every command of this plugin serves.
 pub const PLATFORM: &str = "acme";
-/// The domain the commands are listed under in `aab capabilities`.
-pub const DOMAIN: &str = "advanced";
+/// The plugin's own domain: its commands get an "acme" heading in `capabilities`
+/// and `--help` instead of being filed under a built-in platform's.
+pub const DOMAIN: &str = "acme";
 /// Environment variable naming the panel root.
 pub const ENV_PANEL_ROOT: &str = "ACME_PANEL_ROOT";
 /// Longest text a panel shows.
@@ -181,7 +182,7 @@ pub fn reconcile(ctx: &Context<'_>, request: Value) -> Result<Value, ProviderErr
 
 impl Provider for AcmeProvider {
     fn manifest(&self) -> Manifest {
-        Manifest::new(PLUGIN, env!("CARGO_PKG_VERSION")).platforms([PLATFORM])
+        Manifest::new(PLUGIN, env!("CARGO_PKG_VERSION")).platforms([PLATFORM]).domains([DomainSpec::new(DOMAIN, "Acme display panels: read and write what a panel shows")])
     }
 
     fn commands(&self) -> Commands<Self> {

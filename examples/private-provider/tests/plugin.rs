@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use aab_plugin_api::test_support::{TestPlugin, cdylib_path};
 use serde_json::{Value, json};
@@ -49,6 +50,8 @@ fn manifest_passes_the_host_rules_and_lists_both_commands() {
     assert_eq!(p.manifest.name, "acme");
     let names: Vec<&str> = p.manifest.commands.iter().map(|c| c.command.as_str()).collect();
     assert_eq!(names, ["acme-panel-read", "acme-panel-write"]);
+    assert_eq!(p.manifest.domains.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["acme"], "the plugin declares its own domain");
+    assert!(p.manifest.commands.iter().all(|c| c.domain == "acme"));
     let write = &p.manifest.commands[1];
     assert_eq!((write.device_key.clone(), write.target_key.clone()), (vec!["panel".to_string()], vec!["panel".to_string()]));
 }
@@ -84,12 +87,26 @@ fn an_unknown_panel_is_device_not_found_and_never_dispatched() {
 }
 
 #[test]
-fn arguments_outside_the_type_are_refused_before_dispatch() {
+fn arguments_outside_the_schema_are_refused_before_dispatch() {
     let p = plugin();
     connect("a1");
-    let out = p.invoke("acme-panel-write", json!({"panel": "a1", "text": "x", "colour": "red"}));
-    assert!(!out.ok && !out.dispatch_marked, "{out:?}");
-    assert!(!panel_root().join("a1/display.txt").exists());
+    // The host's validation (TestPlugin applies the same validator): unknown field,
+    // pattern, maxLength.
+    for (args, code, field) in [
+        (json!({"panel": "a1", "text": "x", "colour": "red"}), "unsupported_argument", "colour"),
+        (json!({"panel": "a1"}), "missing_argument", "text"),
+        (json!({"panel": "../a1", "text": "x"}), "invalid_argument", "panel"),
+        (json!({"panel": "a1", "text": "x".repeat(aab_plugin_acme::MAX_TEXT + 1)}), "invalid_argument", "text"),
+    ] {
+        let out = p.invoke("acme-panel-write", args);
+        let error = out.error.as_ref().unwrap_or_else(|| panic!("{out:?}"));
+        assert_eq!((error.error.as_str(), error.field.as_deref()), (code, Some(field)), "{out:?}");
+        assert!(!out.dispatch_marked);
+    }
+    // Past a host that did not validate, the typed arguments still refuse it.
+    let out = p.invoke_unvalidated("acme-panel-write", json!({"panel": "a1", "text": "x", "colour": "red"}), Duration::from_secs(5), Default::default());
+    assert_eq!(out.error.map(|e| e.error).as_deref(), Some("plugin_arguments_mismatch"));
+    assert!(!out.dispatch_marked && !panel_root().join("a1/display.txt").exists());
 }
 
 #[test]
