@@ -300,7 +300,7 @@ pub fn help_text(registry: &Registry) -> String {
     out.push_str("  aab <command> [--kebab-case-flag value ...] --extract null   run a command (flags are its arguments)\n");
     out.push_str("  aab --help COMMAND                                          show a command's JSON input schema\n");
     out.push_str("  aab mcp                                                     serve the MCP tools `capabilities` and `run` on stdio\n");
-    out.push_str("  aab plugins list|bundle|verify                              manage provider plugins\n");
+    out.push_str("  aab plugins list|bundle|verify|install|remove               manage provider plugins\n");
     let width = registry.iter().map(|c| c.spec.command.len()).max().unwrap_or(0);
     for (domain, description) in registry.domains() {
         let commands: Vec<&RegisteredCommand> = registry.iter().filter(|c| c.spec.domain == domain).collect();
@@ -555,7 +555,7 @@ mod tests {
     #[test]
     fn help_text_lists_commands_by_domain() {
         let text = help_text(&registry());
-        for needle in ["aab --help COMMAND", "aab mcp", "aab plugins list|bundle|verify", "--kebab-case-flag", "\naction — ", "  tap ", "tap summary"] {
+        for needle in ["aab --help COMMAND", "aab mcp", "aab plugins list|bundle|verify|install|remove", "--kebab-case-flag", "\naction — ", "  tap ", "tap summary"] {
             assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
         }
         assert!(text.find("\nexecution — ").unwrap() < text.find("\ncore — ").unwrap());
