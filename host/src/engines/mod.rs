@@ -4,5 +4,6 @@
 //! [`crate::pipeline::ExecutionHost::call`], so they share the registry,
 //! validation, admission, ownership journals and history of direct calls.
 
+pub mod catalog;
 pub mod intent;
 pub mod script;

@@ -41,9 +41,9 @@ fn is_terminal(status: &str) -> bool {
     TERMINAL.contains(&status)
 }
 
-/// The `intent` command spec.
-pub fn spec() -> Option<CommandSpec> {
-    Some(schema::spec())
+/// The `intent` command spec (its platform and provider names from the loaded catalog).
+pub fn spec(catalog: &crate::engines::catalog::EngineCatalog) -> Option<CommandSpec> {
+    Some(schema::spec(catalog))
 }
 
 /// Discovery data: `capabilities {command:"intent", operation:"decide",
@@ -71,7 +71,7 @@ pub fn discovery_narrowing(providers: &[(String, IntentProvider)]) -> crate::reg
 }
 
 /// A provider's declared action schema as the public `decision.action` sees it:
-/// seed 002 lets an action name its provider inside it (`{provider:"h5", action, ...}`).
+/// seed 002 lets an action name its provider inside it (`{provider, action, ...}`).
 fn action_schema_with_provider(schema: &Value, provider: &str) -> Value {
     let mut s = schema.clone();
     if let Some(Value::Object(props)) = s.get_mut("properties") {
@@ -290,6 +290,20 @@ fn choose_provider(host: &ExecutionHost, platform: &str, wanted: Option<&str>) -
     })
 }
 
+/// An `observationTarget` checked against the provider's declared
+/// `observationTargetSchema` (null: the whole target). A provider that declares
+/// none takes none.
+fn checked_observation_target(provider: &IntentProvider, given: &Value) -> Result<Value, CommandError> {
+    if given.is_null() {
+        return Ok(Value::Null);
+    }
+    let Some(schema) = &provider.observation_target_schema else {
+        return Err(CommandError::new("observation_target_unsupported", format!("provider `{}` takes no observationTarget", provider.provider)).with_field("observationTarget"));
+    };
+    validate_with(schema, given, "observationTarget")?;
+    Ok(given.clone())
+}
+
 fn validate_with(schema: &Value, instance: &Value, field: &str) -> Result<(), CommandError> {
     let validator = crate::registry::validate::compile(schema).map_err(|e| CommandError::new("intent_provider_invalid", format!("provider schema does not compile: {e}")))?;
     crate::registry::validate::validate_instance(&validator, schema, instance, field).map_err(|mut e| {
@@ -326,10 +340,7 @@ async fn start(host: &Arc<ExecutionHost>, args: &Value, cwd: &str) -> Result<Val
     let platform = text(&target, "platform").unwrap_or_default().to_string();
     let (plugin, provider) = choose_provider(host, &platform, text(args, "provider"))?;
     validate_with(&provider.target_schema, &target, "target")?;
-    if let Some(t) = args.get("observationTarget").filter(|t| !t.is_null()) {
-        let _ = t;
-        return Err(CommandError::new("observation_target_unsupported", format!("provider `{}` takes no observationTarget", provider.provider)).with_field("observationTarget"));
-    }
+    let observation_target = checked_observation_target(&provider, args.get("observationTarget").unwrap_or(&Value::Null))?;
     let require = args.get("require").cloned().unwrap_or(Value::Null);
     let mut watermarks = Map::new();
     for s in require.get("streams").and_then(Value::as_array).into_iter().flatten() {
@@ -398,7 +409,7 @@ async fn start(host: &Arc<ExecutionHost>, args: &Value, cwd: &str) -> Result<Val
             target: target.clone(),
             plugin,
             provider,
-            observation_target: Value::Null,
+            observation_target,
             observation_failure: Value::Null,
             summary: Value::Null,
             observation: Value::Null,
@@ -518,14 +529,14 @@ async fn expire(op: &Arc<Op>) {
 /// `waiting_for_observation`.
 async fn observe(host: &Arc<ExecutionHost>, op: &Arc<Op>) -> Result<(), CommandError> {
     let t0 = Instant::now();
-    let (provider, target, require, watermarks, action_window, host_actions, next_revision) = {
+    let (provider, target, observation_target, require, watermarks, action_window, host_actions, next_revision) = {
         let mut st = op.st.lock().expect("intent state");
         st.status = "observing".into();
         st.event("observing", json!({}));
         st.pending += 1;
-        (st.provider.clone(), st.target.clone(), st.require.clone(), st.watermarks.clone(), st.action_window.clone(), st.host_actions.clone(), st.revision + 1)
+        (st.provider.clone(), st.target.clone(), st.observation_target.clone(), st.require.clone(), st.watermarks.clone(), st.action_window.clone(), st.host_actions.clone(), st.revision + 1)
     };
-    let sources = provider::Sources::new(&target);
+    let sources = provider::Sources { observation_target: Some(&observation_target), ..provider::Sources::new(&target) };
     let arguments = provider::render(&provider.observe.arguments, &sources);
     let call = InternalCall { command: &provider.observe.command, arguments, cwd: op.cwd.clone(), deadline_cap: Some(op.deadline), cancel: Some(op.cancel.clone()), control: None };
     let result = host.call(call).await;
@@ -543,7 +554,7 @@ async fn observe(host: &Arc<ExecutionHost>, op: &Arc<Op>) -> Result<(), CommandE
         Err(e) => {
             op.st.lock().expect("intent state").pending -= 1;
             let payload = json!({"stepId": "observation-failed", "revision": next_revision - 1, "target": target,
-                                 "payloadSummary": {"provider": provider.provider, "command": provider.observe.command, "attempted": {"provider": provider.provider, "observationTarget": Value::Null}, "response": e.to_json()}});
+                                 "payloadSummary": {"provider": provider.provider, "command": provider.observe.command, "attempted": {"provider": provider.provider, "observationTarget": observation_target}, "response": e.to_json()}});
             let saved = persist(&op.facts, &op.id, "checkpoint", payload).await;
             let mut st = op.st.lock().expect("intent state");
             if !is_terminal(&st.status) && st.status == "observing" {
@@ -552,7 +563,7 @@ async fn observe(host: &Arc<ExecutionHost>, op: &Arc<Op>) -> Result<(), CommandE
             st.timing("providerAcquireMs", acquire_ms);
             match saved {
                 Ok((eid, _)) => {
-                    st.observation_failure = json!({"evidenceId": eid, "attempted": {"provider": provider.provider, "observationTarget": Value::Null}, "response": e.to_json()});
+                    st.observation_failure = json!({"evidenceId": eid, "attempted": {"provider": provider.provider, "observationTarget": observation_target}, "response": e.to_json()});
                     st.latest.insert("observationFailure".into(), json!(eid));
                 }
                 Err(store) => st.error = Some(store.code.clone()),
@@ -592,7 +603,7 @@ async fn observe(host: &Arc<ExecutionHost>, op: &Arc<Op>) -> Result<(), CommandE
             (_, _, _) => action_window.as_ref().map(|(id, _)| id.clone()),
         };
         let window = json!({"factCursor": lower, "afterActionId": after_action});
-        let sources = provider::Sources { observation: Some(&observation), require: Some(&require), watermark: lower.as_ref(), window: Some(&window), ..provider::Sources::new(&target) };
+        let sources = provider::Sources { observation: Some(&observation), require: Some(&require), watermark: lower.as_ref(), window: Some(&window), observation_target: Some(&observation_target), ..provider::Sources::new(&target) };
         let base = provider::render(&decl.arguments, &sources);
         // `require.timeoutMs` bounds the reads of one stream (never past the lifetime).
         let deadline = match require.get("timeoutMs").and_then(Value::as_u64) {
@@ -640,7 +651,7 @@ async fn observe(host: &Arc<ExecutionHost>, op: &Arc<Op>) -> Result<(), CommandE
     let tc = Instant::now();
     let obs_payload = json!({
         "revision": next_revision, "target": target, "provider": provider.provider, "capturedAtMs": crate::ids::now_ms(),
-        "rawTreeId": raw_tree_id, "rawTree": observation, "command": provider.observe.command, "observationTarget": Value::Null,
+        "rawTreeId": raw_tree_id, "rawTree": observation, "command": provider.observe.command, "observationTarget": observation_target,
         "captureRefs": capture_refs, "captureCoverage": coverage, "captures": captures,
     });
     let committed = match persist(&op.facts, &op.id, "observation", obs_payload).await {
@@ -783,9 +794,14 @@ async fn observe_op(host: &Arc<ExecutionHost>, args: &Value) -> Result<Value, Co
             return Err(err_details(CommandError::new("intent_provider_unsupported", format!("this Intent's target offers provider `{current}` only; switching is not supported by this build")).with_field("provider"), &op));
         }
     }
-    if args.get("observationTarget").is_some_and(|t| !t.is_null()) {
-        return Err(err_details(CommandError::new("observation_target_unsupported", "this provider takes no observationTarget").with_field("observationTarget"), &op));
-    }
+    // Omitted: keep the current observationTarget; null: the whole target.
+    let observation_target = match args.get("observationTarget") {
+        Some(given) => {
+            let provider = op.st.lock().expect("intent state").provider.clone();
+            Some(checked_observation_target(&provider, given).map_err(|e| err_details(e, &op))?)
+        }
+        None => None,
+    };
     let Ok(guard) = op.work.try_lock() else {
         return Err(err_details(CommandError::new("operation_busy", "an observation or action of this Intent is pending"), &op));
     };
@@ -799,6 +815,9 @@ async fn observe_op(host: &Arc<ExecutionHost>, args: &Value) -> Result<Value, Co
         {
             return Err(details_of(&st, &op.id, CommandError::new("reobserve_required", format!("revision {r} is not the committed revision {}", st.revision)).with_field("basedOnRevision")));
         }
+    }
+    if let Some(t) = observation_target {
+        op.st.lock().expect("intent state").observation_target = t;
     }
     let _ = observe(host, &op).await;
     drop(guard);
@@ -864,7 +883,7 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
     let based_on = decision.get("basedOnRevision").and_then(Value::as_u64).unwrap_or(0);
     let agent = text(&decision, "agentDecision").unwrap_or_default().to_string();
     // Pre-dispatch checks, in the contract's order; nothing is persisted or dispatched on rejection.
-    let (provider, observation, target, obs_ids) = {
+    let (provider, observation, target, observation_target, obs_ids) = {
         let st = op.st.lock().expect("intent state");
         if st.status != "waiting_for_decision" {
             return Err(details_of(&st, &op.id, CommandError::new("not_waiting_for_decision", format!("the Intent is `{}`, not waiting_for_decision", st.status))));
@@ -877,7 +896,7 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
             ));
         }
         let ids: Vec<Value> = ["observation", "summary"].iter().filter_map(|k| st.latest.get(*k).cloned()).collect();
-        (st.provider.clone(), st.observation.clone(), st.target.clone(), ids)
+        (st.provider.clone(), st.observation.clone(), st.target.clone(), st.observation_target.clone(), ids)
     };
     // The provider may be named on the decision and/or inside the action (seed 002);
     // both must agree with each other and with the committed observation.
@@ -996,6 +1015,7 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
         action: action_only.as_ref(),
         element: (!element.is_null()).then_some(&element),
         observation: Some(&observation),
+        observation_target: Some(&observation_target),
         ..provider::Sources::new(&target)
     };
     let arguments = provider::render(&decl.arguments_template, &sources);
@@ -1312,7 +1332,7 @@ async fn agent_loop(host: Arc<ExecutionHost>, op: Arc<Op>) {
                 return;
             }
         };
-        let checked = validate_with(&schema::decision(), &decision, "decision");
+        let checked = validate_with(&schema::decision(&host.catalog.engines), &decision, "decision");
         let result = match checked {
             Ok(()) => decide_on(&host, &op, decision.clone(), guard, "agent").await,
             Err(e) => {

@@ -422,9 +422,9 @@ impl Op {
     }
 }
 
-/// The `script` command spec.
-pub fn spec() -> Option<CommandSpec> {
-    Some(schema::spec())
+/// The `script` command spec (its targets from the loaded catalog).
+pub fn spec(catalog: &crate::engines::catalog::EngineCatalog) -> Option<CommandSpec> {
+    Some(schema::spec(catalog))
 }
 
 /// Boxed (not `async fn`): `ctx.call` runs `ExecutionHost::call`, which reaches this
