@@ -15,6 +15,7 @@
 mod agent;
 mod provider;
 mod schema;
+mod status;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,14 +33,11 @@ use crate::facts::{Facts, to_command_error};
 use crate::pipeline::{ExecutionHost, InternalCall};
 use crate::reply::ExecOutcome;
 
+use status::Status;
+
 const LIFECYCLE: &str = "aab.intent-lifecycle/v1";
 const MAX_LIVE: usize = 256;
 const MAX_EVENTS: usize = 256;
-const TERMINAL: &[&str] = &["completed", "failed", "inconclusive", "cancelled", "timeout", "ambiguous", "blocked_evidence_store", "intervention_required"];
-
-fn is_terminal(status: &str) -> bool {
-    TERMINAL.contains(&status)
-}
 
 /// The `intent` command spec (its platform and provider names from the loaded catalog).
 pub fn spec(catalog: &crate::engines::catalog::EngineCatalog) -> Option<CommandSpec> {
@@ -115,7 +113,7 @@ struct Budget {
 }
 
 struct St {
-    status: String,
+    status: Status,
     revision: u64,
     error: Option<String>,
     last_decision_id: Option<String>,
@@ -144,7 +142,7 @@ struct St {
     require: Value,
     watermarks: Map<String, Value>,
     capture: Value,
-    paused_from: Option<String>,
+    paused_from: Option<Status>,
     budget: Option<Budget>,
     /// The current action (host action id, as providers see it) and the stream
     /// watermarks from just before it: the lower bound of its capture window.
@@ -232,8 +230,8 @@ pub async fn handle(host: &Arc<ExecutionHost>, arguments: &Value, cwd: &str) -> 
         "observe" => observe_op(host, arguments).await,
         "decide" => decide(host, arguments).await,
         "pause" | "resume" => pause_resume(host, arguments, op == "pause").await,
-        "cancel" => stop(host, arguments, "cancelling", "cancelled", None).await,
-        "intervene" => stop(host, arguments, "finishing", "intervention_required", text(arguments, "reason").map(str::to_string)).await,
+        "cancel" => stop(host, arguments, Status::Cancelling, Status::Cancelled, None).await,
+        "intervene" => stop(host, arguments, Status::Finishing, Status::InterventionRequired, text(arguments, "reason").map(str::to_string)).await,
         other => Err(CommandError::invalid("operation", format!("unknown intent operation `{other}`"))),
     } })
     .await;
@@ -260,11 +258,11 @@ impl IntentEngine {
     pub async fn drain(&self) {
         let ops: Vec<Arc<Op>> = self.ops.lock().expect("intent ops").values().cloned().collect();
         for op in ops {
-            let live = { !is_terminal(&op.st.lock().expect("intent state").status) };
+            let live = { !op.st.lock().expect("intent state").status.is_terminal() };
             if live {
-                op.st.lock().expect("intent state").status = "cancelling".into();
+                op.st.lock().expect("intent state").status = Status::Cancelling;
                 let _guard = op.work.lock().await;
-                finish(&op, "cancelled", Some("runtime_stopped".into())).await;
+                finish(&op, Status::Cancelled, Some("runtime_stopped".into())).await;
             }
         }
     }
@@ -363,7 +361,7 @@ async fn start(host: &Arc<ExecutionHost>, args: &Value, cwd: &str) -> Result<Val
         if ops.contains_key(&op_id) {
             return Err(CommandError::new("operation_exists", format!("operation `{op_id}` exists; ids are never reused")).with_field("operationId"));
         }
-        let live = ops.values().filter(|o| !is_terminal(&o.st.lock().expect("intent state").status)).count();
+        let live = ops.values().filter(|o| !o.st.lock().expect("intent state").status.is_terminal()).count();
         if live >= MAX_LIVE {
             return Err(CommandError::new("registry_full", format!("{MAX_LIVE} Intents are live; finish one first")));
         }
@@ -399,7 +397,7 @@ async fn start(host: &Arc<ExecutionHost>, args: &Value, cwd: &str) -> Result<Val
         agent,
         agent_child: tokio::sync::Mutex::new(agent_child),
         st: Mutex::new(St {
-            status: "created".into(),
+            status: Status::Created,
             revision: 0,
             error: None,
             last_decision_id: None,
@@ -511,15 +509,15 @@ fn check_require(require: &Value, target: &Value) -> Result<(), CommandError> {
 async fn expire(op: &Arc<Op>) {
     {
         let mut st = op.st.lock().expect("intent state");
-        if is_terminal(&st.status) || st.status == "cancelling" || st.status == "finishing" {
+        if st.status.is_terminal() || st.status.is_stopping() {
             return;
         }
-        st.status = "finishing".into();
+        st.status = Status::Finishing;
         st.event("stop_requested", json!({"reason": "deadline_exceeded"}));
     }
     op.cancel.cancel(CancelReason::Cancelled);
     let _guard = op.work.lock().await;
-    finish(op, "timeout", Some("deadline_exceeded".into())).await;
+    finish(op, Status::Timeout, Some("deadline_exceeded".into())).await;
 }
 
 // ------------------------------------------------------------------ observe
@@ -531,7 +529,7 @@ async fn observe(host: &Arc<ExecutionHost>, op: &Arc<Op>) -> Result<(), CommandE
     let t0 = Instant::now();
     let (provider, target, observation_target, require, watermarks, action_window, host_actions, next_revision) = {
         let mut st = op.st.lock().expect("intent state");
-        st.status = "observing".into();
+        st.status = Status::Observing;
         st.event("observing", json!({}));
         st.pending += 1;
         (st.provider.clone(), st.target.clone(), st.observation_target.clone(), st.require.clone(), st.watermarks.clone(), st.action_window.clone(), st.host_actions.clone(), st.revision + 1)
@@ -557,8 +555,8 @@ async fn observe(host: &Arc<ExecutionHost>, op: &Arc<Op>) -> Result<(), CommandE
                                  "payloadSummary": {"provider": provider.provider, "command": provider.observe.command, "attempted": {"provider": provider.provider, "observationTarget": observation_target}, "response": e.to_json()}});
             let saved = persist(&op.facts, &op.id, "checkpoint", payload).await;
             let mut st = op.st.lock().expect("intent state");
-            if !is_terminal(&st.status) && st.status == "observing" {
-                st.status = "waiting_for_observation".into();
+            if !st.status.is_terminal() && st.status == Status::Observing {
+                st.status = Status::WaitingForObservation;
             }
             st.timing("providerAcquireMs", acquire_ms);
             match saved {
@@ -681,16 +679,16 @@ async fn observe(host: &Arc<ExecutionHost>, op: &Arc<Op>) -> Result<(), CommandE
             st.latest.insert("observation".into(), json!(obs_id));
             st.latest.insert("summary".into(), json!(sum_id));
             st.timing("summaryBytes", summary_bytes as u64);
-            if st.status == "observing" {
-                st.status = "waiting_for_decision".into();
+            if st.status == Status::Observing {
+                st.status = Status::WaitingForDecision;
                 st.event("waiting_for_decision", json!({"summaryEvidenceId": sum_id}));
             }
             Ok(())
         }
         Err(e) => {
             // The observation is not committed: the revision stays where it was.
-            if st.status == "observing" {
-                st.status = "waiting_for_observation".into();
+            if st.status == Status::Observing {
+                st.status = Status::WaitingForObservation;
             }
             st.error = Some(e.code.clone());
             st.event("blocked", json!({"error": e.code}));
@@ -807,7 +805,7 @@ async fn observe_op(host: &Arc<ExecutionHost>, args: &Value) -> Result<Value, Co
     };
     {
         let st = op.st.lock().expect("intent state");
-        if !matches!(st.status.as_str(), "waiting_for_decision" | "waiting_for_observation") {
+        if !matches!(st.status, Status::WaitingForDecision | Status::WaitingForObservation) {
             return Err(details_of(&st, &op.id, CommandError::new("not_waiting_for_decision", format!("observe is allowed while waiting, not in `{}`", st.status))));
         }
         if let Some(r) = args.get("basedOnRevision").and_then(Value::as_u64)
@@ -870,10 +868,10 @@ async fn budget_gate(op: &Arc<Op>, action: &str) -> Result<(), CommandError> {
     let Some((code, message, details)) = reason else { return Ok(()) };
     {
         let mut st = op.st.lock().expect("intent state");
-        st.status = "finishing".into();
+        st.status = Status::Finishing;
         st.event("intervention_required", json!({"reason": code, "action": action}));
     }
-    finish(op, "intervention_required", Some(code.into())).await;
+    finish(op, Status::InterventionRequired, Some(code.into())).await;
     Err(err_details(CommandError::new(code, message).with_field("decision.action.action").with_details(details), op))
 }
 
@@ -885,7 +883,7 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
     // Pre-dispatch checks, in the contract's order; nothing is persisted or dispatched on rejection.
     let (provider, observation, target, observation_target, obs_ids) = {
         let st = op.st.lock().expect("intent state");
-        if st.status != "waiting_for_decision" {
+        if st.status != Status::WaitingForDecision {
             return Err(details_of(&st, &op.id, CommandError::new("not_waiting_for_decision", format!("the Intent is `{}`, not waiting_for_decision", st.status))));
         }
         if based_on != st.revision {
@@ -978,9 +976,9 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
         Ok((eid, _)) => eid,
         Err(e) => {
             drop(guard);
-            op.st.lock().expect("intent state").status = "finishing".into();
+            op.st.lock().expect("intent state").status = Status::Finishing;
             let _g = op.work.lock().await;
-            finish(op, "blocked_evidence_store", Some(e.code.clone())).await;
+            finish(op, Status::BlockedEvidenceStore, Some(e.code.clone())).await;
             return Err(err_details(e, op));
         }
     };
@@ -994,13 +992,13 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
     let Some((element, decl)) = resolved else {
         // Terminal decisions.
         let (status, error) = match agent.as_str() {
-            "complete" => ("completed", None),
-            "fail" => ("failed", Some("agent_declared_failure".to_string())),
-            _ => ("inconclusive", Some("agent_declared_inconclusive".to_string())),
+            "complete" => (Status::Completed, None),
+            "fail" => (Status::Failed, Some("agent_declared_failure".to_string())),
+            _ => (Status::Inconclusive, Some("agent_declared_inconclusive".to_string())),
         };
         {
             let mut st = op.st.lock().expect("intent state");
-            st.status = "finishing".into();
+            st.status = Status::Finishing;
             st.event("terminal_decision", json!({"decisionId": decision_id, "agentDecision": agent}));
         }
         finish(op, status, error).await;
@@ -1022,7 +1020,7 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
     let raw_tree_id = format!("{}:{based_on}", op.id);
     {
         let mut st = op.st.lock().expect("intent state");
-        st.status = "decision_committed".into();
+        st.status = Status::DecisionCommitted;
     }
     let marker = json!({
         "actionId": action_id, "target": target, "actionSpecHash": action_hash, "decisionId": decision_id, "revision": based_on,
@@ -1032,8 +1030,8 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
     let marker_eid = match persist(&op.facts, &op.id, "dispatch-marker", marker).await {
         Ok((eid, _)) => eid,
         Err(e) => {
-            op.st.lock().expect("intent state").status = "finishing".into();
-            finish(op, "blocked_evidence_store", Some(e.code.clone())).await;
+            op.st.lock().expect("intent state").status = Status::Finishing;
+            finish(op, Status::BlockedEvidenceStore, Some(e.code.clone())).await;
             drop(guard);
             return Err(err_details(e, op));
         }
@@ -1098,12 +1096,12 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
         st.timing("decisionCommitMs", commit_ms);
     }
     if let Err(e) = receipt_saved {
-        op.st.lock().expect("intent state").status = "finishing".into();
-        finish(op, "blocked_evidence_store", Some(e.code.clone())).await;
+        op.st.lock().expect("intent state").status = Status::Finishing;
+        finish(op, Status::BlockedEvidenceStore, Some(e.code.clone())).await;
         drop(guard);
         return Err(err_details(e, op));
     }
-    let stopping = { matches!(op.st.lock().expect("intent state").status.as_str(), "cancelling" | "finishing") };
+    let stopping = { op.st.lock().expect("intent state").status.is_stopping() };
     let observe_ms = match error {
         None if stopping => {
             // Cancel / timeout / intervene arrived during the action: no new
@@ -1122,8 +1120,8 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
         Some(e) if !e.ambiguous && e.dispatched == Some(false) => {
             // Not dispatched: back to waiting on the same revision, with the error.
             let mut st = op.st.lock().expect("intent state");
-            if st.status == "decision_committed" {
-                st.status = "waiting_for_decision".into();
+            if st.status == Status::DecisionCommitted {
+                st.status = Status::WaitingForDecision;
             }
             st.error = Some(e.code.clone());
             st.event("action_failed", json!({"error": e.code, "dispatched": false}));
@@ -1132,11 +1130,11 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
             return Err(err_details(e, op));
         }
         Some(e) => {
-            let terminal = if e.ambiguous { "ambiguous" } else { "failed" };
+            let terminal = if e.ambiguous { Status::Ambiguous } else { Status::Failed };
             {
                 let mut st = op.st.lock().expect("intent state");
                 if !stopping {
-                    st.status = "finishing".into();
+                    st.status = Status::Finishing;
                 }
                 st.event("action_failed", json!({"error": e.code, "dispatched": e.dispatched, "ambiguous": e.ambiguous}));
             }
@@ -1269,7 +1267,7 @@ async fn agent_loop(host: Arc<ExecutionHost>, op: Arc<Op>) {
     loop {
         let gate = {
             let mut st = op.st.lock().expect("intent state");
-            if st.status != "waiting_for_decision" {
+            if st.status != Status::WaitingForDecision {
                 return;
             }
             let b = st.budget.clone().unwrap_or_default();
@@ -1280,7 +1278,7 @@ async fn agent_loop(host: Arc<ExecutionHost>, op: Arc<Op>) {
             } else {
                 st.agent_calls += 1;
                 st.turn += 1;
-                st.status = "autonomous_deciding".into();
+                st.status = Status::AutonomousDeciding;
                 let (turn, calls) = (st.turn, st.agent_calls);
                 let pid = op.agent_child.try_lock().ok().and_then(|c| c.as_ref().map(agent::AgentChild::pid));
                 st.event("agent_call", json!({"turn": turn, "agentCalls": calls, "agentPid": pid}));
@@ -1297,13 +1295,13 @@ async fn agent_loop(host: Arc<ExecutionHost>, op: Arc<Op>) {
                 let Ok(_guard) = op.work.try_lock() else { return };
                 {
                     let mut st = op.st.lock().expect("intent state");
-                    if st.status != "waiting_for_decision" {
+                    if st.status != Status::WaitingForDecision {
                         return;
                     }
-                    st.status = "finishing".into();
+                    st.status = Status::Finishing;
                     st.event("intervention_required", json!({"reason": reason, "budget": details}));
                 }
-                finish(&op, "intervention_required", Some(reason.into())).await;
+                finish(&op, Status::InterventionRequired, Some(reason.into())).await;
                 return;
             }
         };
@@ -1314,13 +1312,13 @@ async fn agent_loop(host: Arc<ExecutionHost>, op: Arc<Op>) {
         let reply = {
             let mut st = op.st.lock().expect("intent state");
             st.timing("decisionWaitMs", agent_ms);
-            if st.turn != turn || st.status != "autonomous_deciding" {
+            if st.turn != turn || st.status != Status::AutonomousDeciding {
                 // Paused, cancelled, timed out or superseded: a late reply never dispatches.
-                let reason = st.status.clone();
+                let reason = st.status;
                 st.event("agent_reply_discarded", json!({"turn": turn, "reason": reason}));
                 return;
             }
-            st.status = "waiting_for_decision".into();
+            st.status = Status::WaitingForDecision;
             ran.map_err(|e| e.to_json())
         };
         let decision = match reply {
@@ -1343,12 +1341,12 @@ async fn agent_loop(host: Arc<ExecutionHost>, op: Arc<Op>) {
         let mut st = op.st.lock().expect("intent state");
         match result {
             Ok(_) => {
-                if st.status != "waiting_for_decision" {
+                if st.status != Status::WaitingForDecision {
                     return;
                 }
             }
             Err(e) => {
-                if !is_terminal(&st.status) {
+                if !st.status.is_terminal() {
                     st.error = Some(e.code.clone());
                 }
                 st.event("agent_decision_rejected", json!({"turn": turn, "error": e.code, "field": e.field, "message": e.message, "reply": decision}));
@@ -1368,21 +1366,21 @@ async fn pause_resume(host: &Arc<ExecutionHost>, args: &Value, pause: bool) -> R
     {
         let mut st = op.st.lock().expect("intent state");
         if pause {
-            if !matches!(st.status.as_str(), "waiting_for_decision" | "waiting_for_observation" | "autonomous_deciding") {
+            if !matches!(st.status, Status::WaitingForDecision | Status::WaitingForObservation | Status::AutonomousDeciding) {
                 drop(st);
                 return Err(err_details(CommandError::new("operation_busy", "only a waiting Intent can be paused"), &op));
             }
             // Pausing invalidates a pending agent reply (its turn no longer matches).
-            st.paused_from = Some(if st.status == "autonomous_deciding" { "waiting_for_decision".into() } else { st.status.clone() });
+            st.paused_from = Some(if st.status == Status::AutonomousDeciding { Status::WaitingForDecision } else { st.status });
             st.turn += 1;
-            st.status = "paused".into();
+            st.status = Status::Paused;
             st.event("paused", json!({}));
         } else {
-            if st.status != "paused" {
+            if st.status != Status::Paused {
                 drop(st);
                 return Err(err_details(CommandError::new("not_paused", "the Intent is not paused"), &op));
             }
-            st.status = st.paused_from.take().unwrap_or_else(|| "waiting_for_decision".into());
+            st.status = st.paused_from.take().unwrap_or(Status::WaitingForDecision);
             st.event("resumed", json!({}));
         }
     }
@@ -1397,21 +1395,21 @@ async fn pause_resume(host: &Arc<ExecutionHost>, args: &Value, pause: bool) -> R
     Ok(snapshot(&op))
 }
 
-async fn stop(host: &Arc<ExecutionHost>, args: &Value, stopping: &str, terminal: &str, reason: Option<String>) -> Result<Value, CommandError> {
+async fn stop(host: &Arc<ExecutionHost>, args: &Value, stopping: Status, terminal: Status, reason: Option<String>) -> Result<Value, CommandError> {
     let op = live_op(host, args).await?;
     {
         let mut st = op.st.lock().expect("intent state");
-        if is_terminal(&st.status) || st.status == "cancelling" || st.status == "finishing" {
+        if st.status.is_terminal() || st.status.is_stopping() {
             // A settled outcome is never rewritten.
             drop(st);
             return Ok(snapshot(&op));
         }
-        st.status = stopping.into();
+        st.status = stopping;
         st.event("stop_requested", json!({"reason": reason}));
     }
     op.cancel.cancel(CancelReason::Cancelled);
     let _guard = op.work.lock().await;
-    let error = if terminal == "cancelled" { Some("cancelled".to_string()) } else { Some("intervention_required".to_string()) };
+    let error = if terminal == Status::Cancelled { Some("cancelled".to_string()) } else { Some("intervention_required".to_string()) };
     if let Some(r) = &reason {
         op.st.lock().expect("intent state").last_action["interventionReason"] = json!(r);
     }
@@ -1421,10 +1419,10 @@ async fn stop(host: &Arc<ExecutionHost>, args: &Value, stopping: &str, terminal:
 
 /// Persist the terminal checkpoint, then expose the terminal status (or
 /// `blocked_evidence_store` when the commit fails). Idempotent.
-async fn finish(op: &Arc<Op>, status: &str, error: Option<String>) {
+async fn finish(op: &Arc<Op>, status: Status, error: Option<String>) {
     let payload = {
         let mut st = op.st.lock().expect("intent state");
-        if is_terminal(&st.status) {
+        if st.status.is_terminal() {
             return;
         }
         st.error = error.clone();
@@ -1437,13 +1435,13 @@ async fn finish(op: &Arc<Op>, status: &str, error: Option<String>) {
         let mut st = op.st.lock().expect("intent state");
         match saved {
             Ok((eid, _)) => {
-                st.status = status.into();
+                st.status = status;
                 st.terminal_evidence_id = Some(eid.clone());
                 st.latest.insert("checkpoint".into(), json!(eid));
                 st.event("terminal", json!({"terminalEvidenceId": eid, "error": error}));
             }
             Err(e) => {
-                st.status = "blocked_evidence_store".into();
+                st.status = Status::BlockedEvidenceStore;
                 st.error = Some(e.code.clone());
                 st.event("terminal_persistence_failed", json!({"error": e.code}));
             }
