@@ -30,7 +30,8 @@ use serde_json::{Map, Value, json};
 use crate::admission::{Cancel, CancelReason};
 use crate::error::CommandError;
 use crate::facts::{Facts, to_command_error};
-use crate::pipeline::{ExecutionHost, InternalCall};
+use crate::engines::Host;
+use crate::pipeline::InternalCall;
 use crate::reply::ExecOutcome;
 
 use status::Status;
@@ -221,7 +222,7 @@ fn text<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
     args.get(key).and_then(Value::as_str)
 }
 
-pub async fn handle(host: &Arc<ExecutionHost>, arguments: &Value, cwd: &str) -> ExecOutcome {
+pub async fn handle(host: &Host, arguments: &Value, cwd: &str) -> ExecOutcome {
     let op = text(arguments, "operation").unwrap_or("status");
     // Boxed: Intent actions re-enter the pipeline (`host.call`), which dispatches here.
     let result: Result<Value, CommandError> = Box::pin(async move { match op {
@@ -270,8 +271,8 @@ impl IntentEngine {
 
 // ------------------------------------------------------------------ start
 
-fn choose_provider(host: &ExecutionHost, platform: &str, wanted: Option<&str>) -> Result<(String, IntentProvider), CommandError> {
-    let all = host.catalog.intent_providers();
+fn choose_provider(host: &Host, platform: &str, wanted: Option<&str>) -> Result<(String, IntentProvider), CommandError> {
+    let all = host.intent_providers();
     let offered: Vec<&(String, IntentProvider)> = all.iter().filter(|(_, p)| p.platform == platform).collect();
     let names: Vec<&str> = offered.iter().map(|(_, p)| p.provider.as_str()).collect();
     let found = match wanted {
@@ -318,8 +319,8 @@ fn validate_with(schema: &Value, instance: &Value, field: &str) -> Result<(), Co
     })
 }
 
-async fn start(host: &Arc<ExecutionHost>, args: &Value, cwd: &str) -> Result<Value, CommandError> {
-    let engine = &host.intents;
+async fn start(host: &Host, args: &Value, cwd: &str) -> Result<Value, CommandError> {
+    let engine = host.intents();
     if engine.closed.load(Ordering::SeqCst) {
         return Err(CommandError::new("runtime_stopped", "the runtime is stopping; no new Intent starts"));
     }
@@ -354,7 +355,7 @@ async fn start(host: &Arc<ExecutionHost>, args: &Value, cwd: &str) -> Result<Val
     check_require(&require, &target)?;
     let (agent, budget) = if autonomous { prepare_agent(args, cwd, &provider).await.map(|(a, b)| (Some(a), Some(b)))? } else { (None, None) };
     let op_id = text(args, "operationId").map(str::to_string).unwrap_or_else(|| format!("intent-{}", crate::ids::uuid_v4()));
-    let facts = host.facts.clone();
+    let facts = host.facts().clone();
     let store = facts.store()?.clone();
     {
         let ops = engine.ops.lock().expect("intent ops");
@@ -525,7 +526,7 @@ async fn expire(op: &Arc<Op>) {
 /// Observe once (work lock held by the caller). Success commits a new revision;
 /// failure persists an `observation-failed` checkpoint and enters
 /// `waiting_for_observation`.
-async fn observe(host: &Arc<ExecutionHost>, op: &Arc<Op>) -> Result<(), CommandError> {
+async fn observe(host: &Host, op: &Arc<Op>) -> Result<(), CommandError> {
     let t0 = Instant::now();
     let (provider, target, observation_target, require, watermarks, action_window, host_actions, next_revision) = {
         let mut st = op.st.lock().expect("intent state");
@@ -537,7 +538,7 @@ async fn observe(host: &Arc<ExecutionHost>, op: &Arc<Op>) -> Result<(), CommandE
     let sources = provider::Sources { observation_target: Some(&observation_target), ..provider::Sources::new(&target) };
     let arguments = provider::render(&provider.observe.arguments, &sources);
     let call = InternalCall { command: &provider.observe.command, arguments, cwd: op.cwd.clone(), deadline_cap: Some(op.deadline), cancel: Some(op.cancel.clone()), control: None };
-    let result = host.call(call).await;
+    let result = host.clone().call(call).await;
     let acquire_ms = ms(t0.elapsed());
     let value = match result {
         Ok(r) => match r.outcome {
@@ -712,7 +713,7 @@ struct StreamRead {
 /// (the stream's `next` template over the previous page) until `limit` records are
 /// kept, the window is exhausted, or the deadline passes. Records come from the
 /// declared `records` pointer; a stream that declares none is one page.
-async fn read_stream(host: &Arc<ExecutionHost>, op: &Arc<Op>, decl: &aab_plugin_api::protocol::IntentStream, base: &Map<String, Value>, deadline: Instant, limit: usize) -> Result<StreamRead, CommandError> {
+async fn read_stream(host: &Host, op: &Arc<Op>, decl: &aab_plugin_api::protocol::IntentStream, base: &Map<String, Value>, deadline: Instant, limit: usize) -> Result<StreamRead, CommandError> {
     const MAX_PAGES: usize = 256;
     let mut args = base.clone();
     let mut first: Option<Value> = None;
@@ -722,7 +723,7 @@ async fn read_stream(host: &Arc<ExecutionHost>, op: &Arc<Op>, decl: &aab_plugin_
     let mut error = None;
     loop {
         let call = InternalCall { command: &decl.command, arguments: args.clone(), cwd: op.cwd.clone(), deadline_cap: Some(deadline), cancel: Some(op.cancel.clone()), control: None };
-        let page = match host.call(call).await.map(|r| r.outcome) {
+        let page = match host.clone().call(call).await.map(|r| r.outcome) {
             Ok(ExecOutcome::Json(v)) => v,
             Ok(ExecOutcome::Failed(e)) | Err(e) => {
                 if first.is_none() {
@@ -784,7 +785,7 @@ async fn read_stream(host: &Arc<ExecutionHost>, op: &Arc<Op>, decl: &aab_plugin_
     Ok(StreamRead { value, records, pages, truncated, error })
 }
 
-async fn observe_op(host: &Arc<ExecutionHost>, args: &Value) -> Result<Value, CommandError> {
+async fn observe_op(host: &Host, args: &Value) -> Result<Value, CommandError> {
     let op = live_op(host, args).await?;
     if let Some(p) = text(args, "provider") {
         let current = op.st.lock().expect("intent state").provider.provider.clone();
@@ -824,19 +825,19 @@ async fn observe_op(host: &Arc<ExecutionHost>, args: &Value) -> Result<Value, Co
 
 // ------------------------------------------------------------------ decide
 
-async fn live_op(host: &Arc<ExecutionHost>, args: &Value) -> Result<Arc<Op>, CommandError> {
+async fn live_op(host: &Host, args: &Value) -> Result<Arc<Op>, CommandError> {
     let id = text(args, "operationId").unwrap_or_default();
-    if let Some(op) = host.intents.get(id) {
+    if let Some(op) = host.intents().get(id) {
         return Ok(op);
     }
     // Retained but not live (an earlier runtime): never resumed, never replayed.
-    let recovered = recover(&host.facts, id, 0, 1).await?;
+    let recovered = recover(host.facts(), id, 0, 1).await?;
     Err(CommandError::new("operation_not_live", format!("Intent `{id}` is not live in this runtime (status {}); nothing is replayed", recovered["status"]))
         .with_field("operationId")
         .with_details(json!({"operationId": id, "status": recovered["status"], "live": false, "recovered": true})))
 }
 
-async fn decide(host: &Arc<ExecutionHost>, args: &Value) -> Result<Value, CommandError> {
+async fn decide(host: &Host, args: &Value) -> Result<Value, CommandError> {
     let op = live_op(host, args).await?;
     let decision = args.get("decision").cloned().unwrap_or(Value::Null);
     let Ok(guard) = op.work.try_lock() else {
@@ -875,7 +876,7 @@ async fn budget_gate(op: &Arc<Op>, action: &str) -> Result<(), CommandError> {
     Err(err_details(CommandError::new(code, message).with_field("decision.action.action").with_details(details), op))
 }
 
-async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Value, guard: tokio::sync::MutexGuard<'a, ()>, decided_by: &str) -> Result<Value, CommandError> {
+async fn decide_on<'a>(host: &Host, op: &'a Arc<Op>, decision: Value, guard: tokio::sync::MutexGuard<'a, ()>, decided_by: &str) -> Result<Value, CommandError> {
     let t_total = Instant::now();
     let decision_id = text(&decision, "decisionId").unwrap_or_default().to_string();
     let based_on = decision.get("basedOnRevision").and_then(Value::as_u64).unwrap_or(0);
@@ -1045,7 +1046,7 @@ async fn decide_on<'a>(host: &Arc<ExecutionHost>, op: &'a Arc<Op>, decision: Val
     let started_at = crate::ids::now_ms();
     let ta = Instant::now();
     let call = InternalCall { command: &decl.command, arguments: arguments.clone(), cwd: op.cwd.clone(), deadline_cap: Some(op.deadline), cancel: Some(op.cancel.clone()), control: None };
-    let result = host.call(call).await;
+    let result = host.clone().call(call).await;
     let action_ms = ms(ta.elapsed());
     let completed_at = crate::ids::now_ms();
     op.st.lock().expect("intent state").pending -= 1;
@@ -1209,7 +1210,7 @@ async fn prepare_agent(args: &Value, cwd: &str, provider: &IntentProvider) -> Re
 }
 
 /// Start the next agent turn when an autonomous Intent waits for a decision.
-fn spawn_agent(host: &Arc<ExecutionHost>, op: &Arc<Op>) {
+fn spawn_agent(host: &Host, op: &Arc<Op>) {
     if op.agent.is_none() {
         return;
     }
@@ -1261,7 +1262,7 @@ async fn kill_agent(op: &Op) {
 /// reply is validated exactly like a caller's `decide`; a malformed reply or an
 /// adapter failure leaves the Intent `waiting_for_decision` with the error
 /// recorded (no automatic re-ask); budget exhaustion → `intervention_required`.
-async fn agent_loop(host: Arc<ExecutionHost>, op: Arc<Op>) {
+async fn agent_loop(host: Host, op: Arc<Op>) {
     let Some(agent) = op.agent.clone() else { return };
     let agent = &agent;
     loop {
@@ -1330,7 +1331,7 @@ async fn agent_loop(host: Arc<ExecutionHost>, op: Arc<Op>) {
                 return;
             }
         };
-        let checked = validate_with(&schema::decision(&host.catalog.engines), &decision, "decision");
+        let checked = validate_with(&schema::decision(host.engine_catalog()), &decision, "decision");
         let result = match checked {
             Ok(()) => decide_on(&host, &op, decision.clone(), guard, "agent").await,
             Err(e) => {
@@ -1358,7 +1359,7 @@ async fn agent_loop(host: Arc<ExecutionHost>, op: Arc<Op>) {
 
 // ------------------------------------------------------------------ pause / resume / stop
 
-async fn pause_resume(host: &Arc<ExecutionHost>, args: &Value, pause: bool) -> Result<Value, CommandError> {
+async fn pause_resume(host: &Host, args: &Value, pause: bool) -> Result<Value, CommandError> {
     let op = live_op(host, args).await?;
     let Ok(_guard) = op.work.try_lock() else {
         return Err(err_details(CommandError::new("operation_busy", "an observation or action of this Intent is pending"), &op));
@@ -1395,7 +1396,7 @@ async fn pause_resume(host: &Arc<ExecutionHost>, args: &Value, pause: bool) -> R
     Ok(snapshot(&op))
 }
 
-async fn stop(host: &Arc<ExecutionHost>, args: &Value, stopping: Status, terminal: Status, reason: Option<String>) -> Result<Value, CommandError> {
+async fn stop(host: &Host, args: &Value, stopping: Status, terminal: Status, reason: Option<String>) -> Result<Value, CommandError> {
     let op = live_op(host, args).await?;
     {
         let mut st = op.st.lock().expect("intent state");
@@ -1478,17 +1479,17 @@ fn after_sequence(args: &Value) -> u64 {
     }
 }
 
-async fn status(host: &Arc<ExecutionHost>, args: &Value) -> Result<Value, CommandError> {
+async fn status(host: &Host, args: &Value) -> Result<Value, CommandError> {
     let id = text(args, "operationId").unwrap_or_default().to_string();
     let after = after_sequence(args);
     let limit = args.get("limit").and_then(Value::as_u64).unwrap_or(20) as usize;
-    match host.intents.get(&id) {
+    match host.intents().get(&id) {
         Some(op) => {
             let mut snap = snapshot(&op);
-            snap["history"] = history(&host.facts, &id, after, limit).await?;
+            snap["history"] = history(host.facts(), &id, after, limit).await?;
             Ok(snap)
         }
-        None => recover(&host.facts, &id, after, limit).await,
+        None => recover(host.facts(), &id, after, limit).await,
     }
 }
 

@@ -14,7 +14,8 @@ use super::child::{self, ScriptChild};
 use super::*;
 use crate::admission::{Cancel, CancelReason};
 use crate::error::CommandError;
-use crate::pipeline::{ExecutionHost, InternalCall};
+use crate::engines::Host;
+use crate::pipeline::InternalCall;
 
 fn arg_str<'a>(a: &'a Value, k: &str) -> Option<&'a str> {
     a.get(k).and_then(Value::as_str)
@@ -29,8 +30,8 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, CommandError>
 }
 
 /// Append one evidence record (Sync durability) off the async workers.
-async fn persist(host: &Arc<ExecutionHost>, op_id: &str, kind: &'static str, payload: Value) -> Result<aab_facts::EvidenceReceipt, CommandError> {
-    let facts = host.facts.clone();
+async fn persist(host: &Host, op_id: &str, kind: &'static str, payload: Value) -> Result<aab_facts::EvidenceReceipt, CommandError> {
+    let facts = host.facts().clone();
     let op_id = op_id.to_string();
     blocking(move || {
         let store = facts.store()?;
@@ -39,11 +40,11 @@ async fn persist(host: &Arc<ExecutionHost>, op_id: &str, kind: &'static str, pay
     .await
 }
 
-pub async fn dispatch(host: &Arc<ExecutionHost>, a: &Value, cwd: &str) -> Result<Value, CommandError> {
+pub async fn dispatch(host: &Host, a: &Value, cwd: &str) -> Result<Value, CommandError> {
     let operation = arg_str(a, "operation").unwrap_or("status");
     let id = arg_str(a, "operationId").unwrap_or_default().to_string();
     let page = Page::of(a);
-    let engine = &host.scripts;
+    let engine = host.scripts();
     match operation {
         "start" => start(host, a, cwd).await,
         "runtime-status" => Ok(runtime_status(host)),
@@ -83,11 +84,10 @@ pub async fn dispatch(host: &Arc<ExecutionHost>, a: &Value, cwd: &str) -> Result
     }
 }
 
-fn with_catalog(host: &Arc<ExecutionHost>, op: &Op, mut v: Value, a: &Value) -> Value {
+fn with_catalog(host: &Host, op: &Op, mut v: Value, a: &Value) -> Value {
     if a.get("includeCatalog").and_then(Value::as_bool) == Some(true) {
         let names: Vec<String> = host
-            .catalog
-            .registry
+            .registry()
             .iter()
             .filter(|c| authorize(host, &op.spec.permissions, &c.spec.command).is_ok())
             .map(|c| c.spec.command.clone())
@@ -97,14 +97,14 @@ fn with_catalog(host: &Arc<ExecutionHost>, op: &Op, mut v: Value, a: &Value) -> 
     v
 }
 
-fn runtime_status(host: &Arc<ExecutionHost>) -> Value {
+fn runtime_status(host: &Host) -> Value {
     let probe = |name: &str| match child::find_executable(name) {
         Some(p) => json!({"available": true, "path": p.display().to_string()}),
         None => json!({"available": false}),
     };
     let node = std::env::var("AI_APP_BRIDGE_NODE").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "node".into());
     let python = std::env::var("AI_APP_BRIDGE_PYTHON").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "python3".into());
-    let ops = host.scripts.ops.lock().unwrap_or_else(|e| e.into_inner());
+    let ops = host.scripts().ops.lock().unwrap_or_else(|e| e.into_inner());
     let live = ops.iter().filter(|o| !o.is_terminal()).count();
     json!({
         "ok": true, "command": "script", "operation": "runtime-status", "sdkVersion": SDK_VERSION,
@@ -187,8 +187,8 @@ fn freeze(a: &Value, caller_cwd: &str) -> Result<Frozen, CommandError> {
     Ok(Frozen { language, runtime, source, source_path, cwd, entrypoint, name, target, inputs, permissions, timeout_ms, restart_policy, max_output, max_progress, policy, hash })
 }
 
-async fn start(host: &Arc<ExecutionHost>, a: &Value, caller_cwd: &str) -> Result<Value, CommandError> {
-    let engine = &host.scripts;
+async fn start(host: &Host, a: &Value, caller_cwd: &str) -> Result<Value, CommandError> {
+    let engine = host.scripts();
     if engine.stopping.load(Ordering::SeqCst) {
         return Err(CommandError::new("runtime_stopped", "the runtime is stopping"));
     }
@@ -233,8 +233,8 @@ async fn start(host: &Arc<ExecutionHost>, a: &Value, caller_cwd: &str) -> Result
 }
 
 /// Register the operation and start its supervisor task.
-fn launch(host: &Arc<ExecutionHost>, id: String, frozen: Frozen, recording: Option<aab_facts::recording::Recording>, remaining: Duration, started_ms: u64, state: State) -> Result<Arc<Op>, CommandError> {
-    let engine = &host.scripts;
+fn launch(host: &Host, id: String, frozen: Frozen, recording: Option<aab_facts::recording::Recording>, remaining: Duration, started_ms: u64, state: State) -> Result<Arc<Op>, CommandError> {
+    let engine = host.scripts();
     let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
     let now = Instant::now();
     let op = Arc::new(Op {
@@ -257,8 +257,8 @@ fn launch(host: &Arc<ExecutionHost>, id: String, frozen: Frozen, recording: Opti
     Ok(op)
 }
 
-async fn stored_exists(host: &Arc<ExecutionHost>, id: &str) -> bool {
-    let facts = host.facts.clone();
+async fn stored_exists(host: &Host, id: &str) -> bool {
+    let facts = host.facts().clone();
     let id = id.to_string();
     blocking(move || {
         let store = facts.store()?;
@@ -401,7 +401,7 @@ async fn cancel(op: &Arc<Op>, page: Page) -> Value {
     op.snapshot("cancel", page)
 }
 
-async fn result(host: &Arc<ExecutionHost>, op: &Arc<Op>) -> Result<Value, CommandError> {
+async fn result(host: &Host, op: &Arc<Op>) -> Result<Value, CommandError> {
     let (status, error, result_ref) = {
         let s = op.lock();
         (s.status, s.error.clone(), s.result_ref.clone())
@@ -419,8 +419,8 @@ async fn result(host: &Arc<ExecutionHost>, op: &Arc<Op>) -> Result<Value, Comman
     read_result(host, &op.id, r).await
 }
 
-async fn read_result(host: &Arc<ExecutionHost>, id: &str, r: Value) -> Result<Value, CommandError> {
-    let facts = host.facts.clone();
+async fn read_result(host: &Host, id: &str, r: Value) -> Result<Value, CommandError> {
+    let facts = host.facts().clone();
     let evidence_id = r["evidenceId"].as_str().unwrap_or_default().to_string();
     let reference = r.clone();
     let value = blocking(move || {
@@ -443,8 +443,8 @@ async fn read_result(host: &Arc<ExecutionHost>, id: &str, r: Value) -> Result<Va
 
 /// Every durable record of `id` in order (checksums are verified by the store; a
 /// damaged record is an error, never a shorter history).
-async fn read_records(host: &Arc<ExecutionHost>, id: &str) -> Result<Vec<(String, Value, String)>, CommandError> {
-    let facts = host.facts.clone();
+async fn read_records(host: &Host, id: &str) -> Result<Vec<(String, Value, String)>, CommandError> {
+    let facts = host.facts().clone();
     let id2 = id.to_string();
     blocking(move || {
         let store = facts.store()?;
@@ -547,7 +547,7 @@ fn resumability(records: &[(String, Value, String)]) -> Resumability {
 
 /// The durable records of an operation this runtime does not hold (e.g. after a
 /// runtime restart): terminal status if recorded, else `failed/runtime_lost`.
-async fn restore(host: &Arc<ExecutionHost>, id: &str) -> Result<Value, CommandError> {
+async fn restore(host: &Host, id: &str) -> Result<Value, CommandError> {
     let records = read_records(host, id).await?;
     if records.is_empty() {
         return Err(op_not_found(id));
@@ -578,8 +578,8 @@ async fn restore(host: &Arc<ExecutionHost>, id: &str) -> Result<Value, CommandEr
 /// `resume` of an operation this runtime does not hold: re-run the frozen program
 /// with `ctx.resume()` = the last checkpoint's state, when no action past that
 /// checkpoint exists and every earlier action is settled.
-async fn resume_restored(host: &Arc<ExecutionHost>, id: &str, a: &Value, caller_cwd: &str) -> Result<Value, CommandError> {
-    if host.scripts.stopping.load(Ordering::SeqCst) {
+async fn resume_restored(host: &Host, id: &str, a: &Value, caller_cwd: &str) -> Result<Value, CommandError> {
+    if host.scripts().stopping.load(Ordering::SeqCst) {
         return Err(CommandError::new("runtime_stopped", "the runtime is stopping"));
     }
     let records = read_records(host, id).await?;
@@ -676,7 +676,7 @@ async fn resume_restored(host: &Arc<ExecutionHost>, id: &str, a: &Value, caller_
     Ok(v)
 }
 
-async fn restored_result(host: &Arc<ExecutionHost>, id: &str) -> Result<Value, CommandError> {
+async fn restored_result(host: &Host, id: &str) -> Result<Value, CommandError> {
     let snap = restore(host, id).await?;
     match snap["status"].as_str() {
         Some("completed") if snap["resultRef"].is_object() => read_result(host, id, snap["resultRef"].clone()).await,
@@ -720,12 +720,12 @@ impl Writer {
     }
 }
 
-async fn run(host: Arc<ExecutionHost>, op: Arc<Op>, ctl_rx: mpsc::UnboundedReceiver<Ctl>) {
+async fn run(host: Host, op: Arc<Op>, ctl_rx: mpsc::UnboundedReceiver<Ctl>) {
     let terminal = supervise(&host, &op, ctl_rx).await;
     finish(&host, &op, terminal).await;
 }
 
-async fn supervise(host: &Arc<ExecutionHost>, op: &Arc<Op>, mut ctl_rx: mpsc::UnboundedReceiver<Ctl>) -> Terminal {
+async fn supervise(host: &Host, op: &Arc<Op>, mut ctl_rx: mpsc::UnboundedReceiver<Ctl>) -> Terminal {
     let frozen = &op.spec;
     let max_frame = frozen.max_output.max(frozen.max_progress).max(MIB as usize) + 64 * 1024;
     let mut child = match ScriptChild::spawn(&frozen.runtime, frozen.language == Language::Python, &frozen.source, &frozen.cwd, &op.id, max_frame) {
@@ -806,7 +806,7 @@ fn frame_id(f: &Value) -> Option<String> {
     f.get("id").and_then(Value::as_str).filter(|s| !s.is_empty() && s.len() <= 64).map(str::to_string)
 }
 
-async fn handle_frame(host: &Arc<ExecutionHost>, op: &Arc<Op>, writer: &Writer, tasks: &mut tokio::task::JoinSet<()>, f: Value) -> Option<Terminal> {
+async fn handle_frame(host: &Host, op: &Arc<Op>, writer: &Writer, tasks: &mut tokio::task::JoinSet<()>, f: Value) -> Option<Terminal> {
     let kind = f["type"].as_str().unwrap_or_default().to_string();
     let needs_id = matches!(kind.as_str(), "call" | "assert" | "checkpoint" | "ask" | "control-point");
     let id = frame_id(&f);
@@ -956,8 +956,8 @@ async fn wait_unpaused(op: &Op) {
     }
 }
 
-fn record_payload(host: &Arc<ExecutionHost>, op: &Op, rec: &mut aab_facts::recording::Recording, kind: &str, data: &Value) -> Result<(), CommandError> {
-    let store = host.facts.store()?;
+fn record_payload(host: &Host, op: &Op, rec: &mut aab_facts::recording::Recording, kind: &str, data: &Value) -> Result<(), CommandError> {
+    let store = host.facts().store()?;
     let seq = op.recording_seq.fetch_add(1, Ordering::SeqCst) + 1;
     let revision = op.lock().checkpoint_revision;
     let target = (!op.spec.target.is_null()).then_some(&op.spec.target);
@@ -1074,11 +1074,11 @@ fn capture_facts(value: &Value, args: &Map<String, Value>) -> Option<Value> {
 }
 
 /// Whether a Script may call `command` with these permissions.
-pub(super) fn authorize(host: &Arc<ExecutionHost>, permissions: &[String], command: &str) -> Result<(), CommandError> {
+pub(super) fn authorize(host: &Host, permissions: &[String], command: &str) -> Result<(), CommandError> {
     if NEVER_CALLABLE.contains(&command) {
         return Err(CommandError::new("command_permanently_denied", format!("`{command}` can never be called from a Script")));
     }
-    let Some(registered) = host.catalog.registry.get(command) else {
+    let Some(registered) = host.registry().get(command) else {
         return Err(CommandError::new("command_not_in_catalog", format!("`{command}` is not a registered command")));
     };
     if registered.spec.role == "expert" {
@@ -1134,7 +1134,7 @@ fn bind_target(op: &Op, spec: &aab_plugin_api::CommandSpec, args: &mut Map<Strin
     Ok(())
 }
 
-async fn ctx_call(host: &Arc<ExecutionHost>, op: &Arc<Op>, command: &str, args: Value) -> Value {
+async fn ctx_call(host: &Host, op: &Arc<Op>, command: &str, args: Value) -> Value {
     let started_ms = crate::ids::now_ms();
     let started = Instant::now();
     let call_id = op.update(|s| {
@@ -1163,11 +1163,11 @@ async fn ctx_call(host: &Arc<ExecutionHost>, op: &Arc<Op>, command: &str, args: 
     let Value::Object(mut args) = args else {
         return rejection(command, &call_id, op, &CommandError::invalid("args", "ctx.call arguments must be an object"));
     };
-    let registered = host.catalog.registry.get(command).expect("authorized commands are registered");
+    let registered = host.registry().get(command).expect("authorized commands are registered");
     if let Err(e) = bind_target(op, &registered.spec, &mut args) {
         return rejection(command, &call_id, op, &e);
     }
-    let validated = match host.catalog.registry.validate(command, &Value::Object(args.clone())) {
+    let validated = match host.registry().validate(command, &Value::Object(args.clone())) {
         Ok(c) => c,
         Err(e) => return rejection(command, &call_id, op, &e),
     };
@@ -1202,6 +1202,7 @@ async fn ctx_call(host: &Arc<ExecutionHost>, op: &Arc<Op>, command: &str, args: 
     }
     op.update(|s| s.emit("call_started", json!({"callId": call_id, "command": command, "mutation": mutation, "actionId": action_id})));
     let outcome = host
+        .clone()
         .call(InternalCall {
             command,
             arguments: args.clone(),
@@ -1339,7 +1340,7 @@ fn latch_recording(op: &Op, e: &CommandError) -> Value {
 
 // ------------------------------------------------------------------ terminal
 
-async fn finish(host: &Arc<ExecutionHost>, op: &Arc<Op>, mut t: Terminal) {
+async fn finish(host: &Host, op: &Arc<Op>, mut t: Terminal) {
     op.update(|s| {
         if !TERMINAL.contains(&s.status) {
             s.status = if t.status == "cancelled" { "cancelling" } else { "finishing" };
@@ -1387,10 +1388,10 @@ async fn finish(host: &Arc<ExecutionHost>, op: &Arc<Op>, mut t: Terminal) {
 }
 
 /// Redact, size, store, re-read and verify the returned JSON; returns `resultRef`.
-async fn persist_result(host: &Arc<ExecutionHost>, op: &Arc<Op>, result: Value) -> Result<Value, CommandError> {
+async fn persist_result(host: &Host, op: &Arc<Op>, result: Value) -> Result<Value, CommandError> {
     let max = op.spec.max_output;
     let revision = op.lock().checkpoint_revision + 1;
-    let facts = host.facts.clone();
+    let facts = host.facts().clone();
     let id = op.id.clone();
     blocking(move || {
         let original = to_canonical_string(&result);
