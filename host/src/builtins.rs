@@ -6,6 +6,7 @@ use aab_plugin_api::CommandSpec;
 use aab_plugin_api::protocol::Mutation;
 use serde_json::{Value, json};
 
+use crate::engines::catalog::EngineCatalog;
 use crate::registry::schema::{OperationFields, tagged_operations};
 
 pub const RUNTIME: &str = "runtime";
@@ -31,7 +32,27 @@ fn op<'a>(operation: &'a str, description: &'a str, own: &'a [&'a str], required
 /// The built-in command specs. `evidence`, `runtime` and `device-ownership` are
 /// tagged on `operation` with [`tagged_operations`]: each operation accepts only its
 /// own fields, like `intent` and `script`.
-pub fn specs() -> Vec<CommandSpec> {
+pub fn specs(engines: &EngineCatalog) -> Vec<CommandSpec> {
+    let mut all = host_specs();
+    all.extend(engine_specs(engines));
+    all
+}
+
+/// The engine commands: registered after the plugins, since their schemas name
+/// what the loaded plugins declare ([`EngineCatalog`]).
+pub const ENGINE_COMMANDS: [&str; 2] = [INTENT, SCRIPT];
+
+/// The engine command specs for `engines`. Engines register their command only
+/// once they can execute it.
+pub fn engine_specs(engines: &EngineCatalog) -> Vec<CommandSpec> {
+    let mut all = Vec::new();
+    all.extend(crate::engines::intent::spec(engines));
+    all.extend(crate::engines::script::spec(engines));
+    all
+}
+
+/// The built-ins that do not depend on the catalog.
+pub fn host_specs() -> Vec<CommandSpec> {
     let uuid = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$";
     let mut ownership = spec(
         DEVICE_OWNERSHIP,
@@ -119,7 +140,7 @@ pub fn specs() -> Vec<CommandSpec> {
     response.domain = "evidence".into();
     response.role = "evidence".into();
     response.target_kind = "operation".into();
-    let mut all = vec![
+    vec![
         evidence,
         response,
         spec(
@@ -143,11 +164,7 @@ pub fn specs() -> Vec<CommandSpec> {
             ),
         ),
         ownership,
-    ];
-    // Engines register their command only once they can execute it.
-    all.extend(crate::engines::intent::spec());
-    all.extend(crate::engines::script::spec());
-    all
+    ]
 }
 
 #[cfg(test)]
@@ -157,13 +174,13 @@ mod tests {
     use crate::registry::Registry;
 
     fn rejected(command: &str, arguments: serde_json::Value) -> (String, Option<String>) {
-        let registry = Registry::new(super::specs());
+        let registry = Registry::new(super::specs(&Default::default()));
         let e = registry.validate(command, &arguments).expect_err("must be rejected");
         (e.code, e.field)
     }
 
     fn accepted(command: &str, arguments: serde_json::Value) {
-        let registry = Registry::new(super::specs());
+        let registry = Registry::new(super::specs(&Default::default()));
         if let Err(e) = registry.validate(command, &arguments) {
             panic!("{command} {arguments} was rejected: {e}");
         }
@@ -189,7 +206,7 @@ mod tests {
             unsupported("runtimeEpoch")
         );
         // The message names the operation that does not accept the field.
-        let registry = Registry::new(super::specs());
+        let registry = Registry::new(super::specs(&Default::default()));
         let e = registry.validate("runtime", &json!({"operation": "status", "cancelRequestId": "x"})).unwrap_err();
         assert!(e.message.contains("operation `status`"), "{}", e.message);
         assert_eq!(e.details, Some(json!({"operation": "status"})));
@@ -206,7 +223,7 @@ mod tests {
 
     #[test]
     fn operation_discovery_narrows_the_builtins() {
-        let registry = Registry::new(super::specs());
+        let registry = Registry::new(super::specs(&Default::default()));
         let ops = registry.get("runtime").expect("runtime").operations();
         assert_eq!(ops, ["start", "status", "stop", "cancel"]);
         let payload = crate::registry::discovery::capabilities(&registry, &json!({"command": "runtime", "operation": "cancel"}));
@@ -224,7 +241,7 @@ mod tests {
         let expected: serde_json::Map<String, serde_json::Value> =
             serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).expect("expected.json")).expect("expected.json parses");
         assert!(!expected.is_empty());
-        let registry = Registry::new(super::specs());
+        let registry = Registry::new(super::specs(&Default::default()));
         for (name, want) in expected {
             let request: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{name}.json"))).expect("case")).expect("case parses");
             let command = request["command"].as_str().expect("command");
@@ -285,7 +302,7 @@ mod tests {
             /// contract error: a known code, dispatched:false, a field to point at.
             #[test]
             fn validation_of_arbitrary_arguments_never_panics(arguments in value(), pick in any::<prop::sample::Index>()) {
-                let registry = Registry::new(super::super::specs());
+                let registry = Registry::new(super::super::specs(&Default::default()));
                 let names: Vec<String> = registry.iter().map(|c| c.spec.command.clone()).collect();
                 let command = &names[pick.index(names.len())];
                 if let Err(e) = registry.validate(command, &arguments) {

@@ -388,8 +388,8 @@ impl ExecutionHost {
                 ExecOutcome::Json(json!({"ok": true, "command": "runtime", "operation": "cancel", "cancelRequestId": rid, "cancelled": n}))
             }
             (builtins::RUNTIME, _) => ExecOutcome::Json(control.expect("checked above").status()),
-            (builtins::INTENT, _) => crate::engines::intent::handle(self, arguments, cwd).await,
-            (builtins::SCRIPT, _) => crate::engines::script::handle(self, arguments, cwd).await,
+            (builtins::INTENT, _) => crate::engines::intent::handle(&(self.clone() as crate::engines::Host), arguments, cwd).await,
+            (builtins::SCRIPT, _) => crate::engines::script::handle(&(self.clone() as crate::engines::Host), arguments, cwd).await,
             (builtins::DEVICE_OWNERSHIP, op) => self.device_ownership(op, arguments, deadline).await,
             (builtins::EVIDENCE, op) => {
                 let facts = self.facts.clone();
@@ -724,4 +724,29 @@ fn outcome_from_raw(raw: &str, marked: bool) -> ExecOutcome {
 /// after it the effect may or may not have happened (unknown, ambiguous).
 fn after_mark(marked: bool, code: &str, message: String) -> CommandError {
     if marked { CommandError::ambiguous(code, message) } else { CommandError::new(code, message) }
+}
+
+/// The engines' narrow view of this host (`crate::engines::Pipeline`).
+impl crate::engines::Pipeline for ExecutionHost {
+    fn call<'a>(self: Arc<Self>, call: InternalCall<'a>) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<CallResult, CommandError>> + Send + 'a>> {
+        Box::pin(async move { ExecutionHost::call(&self, call).await })
+    }
+    fn registry(&self) -> &crate::registry::Registry {
+        &self.catalog.registry
+    }
+    fn intent_providers(&self) -> Vec<(String, aab_plugin_api::protocol::IntentProvider)> {
+        self.catalog.intent_providers()
+    }
+    fn engine_catalog(&self) -> &crate::engines::catalog::EngineCatalog {
+        &self.catalog.engines
+    }
+    fn facts(&self) -> &Facts {
+        &self.facts
+    }
+    fn intents(&self) -> &crate::engines::intent::IntentEngine {
+        &self.intents
+    }
+    fn scripts(&self) -> &crate::engines::script::ScriptEngine {
+        &self.scripts
+    }
 }

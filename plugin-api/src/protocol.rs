@@ -49,6 +49,10 @@ pub struct Manifest {
     /// [`Manifest::check`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub domains: Vec<DomainSpec>,
+    /// Execution targets this plugin serves (`script.target`), as data: the host
+    /// builds the Script target schema from them and names no platform itself.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<ExecutionTarget>,
 }
 
 /// A domain declared by a plugin: a heading in `capabilities` and `--help` that
@@ -66,6 +70,37 @@ pub struct DomainSpec {
 impl DomainSpec {
     pub fn new(name: impl Into<String>, description: impl Into<String>) -> Self {
         DomainSpec { name: name.into(), description: description.into() }
+    }
+}
+
+/// One execution target of a platform (docs/PLUGIN_AUTHORING.md, "Execution
+/// targets"): `script.target` is `{platform, <identity fields>, <connection
+/// fields>?}` and nothing else. Identity fields are required, non-blank strings and
+/// default the same-named arguments of every `ctx.call`; connection fields are
+/// optional, each with its own JSON Schema.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ExecutionTarget {
+    /// One of the manifest's `platforms`.
+    pub platform: String,
+    /// Required fields that identify the target (e.g. a device serial and an app id).
+    pub identity: Vec<String>,
+    /// Optional connection fields → their JSON Schema.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub connection: std::collections::BTreeMap<String, Value>,
+}
+
+impl ExecutionTarget {
+    /// A target of `platform` identified by `identity` fields.
+    pub fn new<I: IntoIterator<Item = S>, S: Into<String>>(platform: impl Into<String>, identity: I) -> Self {
+        ExecutionTarget { platform: platform.into(), identity: strings(identity), connection: Default::default() }
+    }
+
+    /// An optional connection field with its JSON Schema.
+    pub fn connection(mut self, field: impl Into<String>, schema: Value) -> Self {
+        self.connection.insert(field.into(), schema);
+        self
     }
 }
 
@@ -101,6 +136,13 @@ pub struct IntentProvider {
     /// Capture streams readable per observation (`require.streams`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub streams: Vec<IntentStream>,
+    /// JSON Schema of the Intent's `observationTarget` (e.g. one WebView inside the
+    /// app). Absent: the provider takes none and a non-null `observationTarget` is
+    /// refused with `observation_target_unsupported`. The host validates it with its
+    /// own validator (codes and dotted fields as for `target`); templates read it as
+    /// `${observationTarget.…}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observation_target_schema: Option<Value>,
 }
 
 /// A command call with an arguments template.
@@ -190,6 +232,7 @@ impl Manifest {
             commands: Vec::new(),
             intent_providers: Vec::new(),
             domains: Vec::new(),
+            targets: Vec::new(),
         }
     }
 
@@ -222,12 +265,24 @@ impl Manifest {
         self.intent_providers.push(provider);
         self
     }
+
+    /// Add an execution target (`script.target`) of one of this plugin's platforms.
+    pub fn target(mut self, target: ExecutionTarget) -> Self {
+        self.targets.push(target);
+        self
+    }
 }
 
 impl IntentProvider {
     /// An Intent provider with no actions or streams yet.
     pub fn new(platform: impl Into<String>, provider: impl Into<String>, target_schema: Value, observe: IntentCall, summarize: IntentSummarize) -> Self {
-        IntentProvider { platform: platform.into(), provider: provider.into(), default: false, target_schema, observe, summarize, actions: Vec::new(), streams: Vec::new() }
+        IntentProvider { platform: platform.into(), provider: provider.into(), default: false, target_schema, observe, summarize, actions: Vec::new(), streams: Vec::new(), observation_target_schema: None }
+    }
+
+    /// Accept an `observationTarget` described by `schema` (JSON Schema).
+    pub fn observation_target(mut self, schema: Value) -> Self {
+        self.observation_target_schema = Some(schema);
+        self
     }
 
     /// Chosen when `start` names no provider for its platform.

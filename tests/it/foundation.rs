@@ -125,7 +125,7 @@ fn plugins_list_reports_each_plugin() {
     let env = TestEnv::new();
     env.install_fixtures();
     let (list, run) = plugins_list(&env);
-    for (name, commands) in [("fixture", 6), ("misbehaving", 1)] {
+    for (name, commands) in [("fixture", 8), ("misbehaving", 1)] {
         let e = entry(&env, &list, &run, name);
         assert_healthy(&env, &run, e, commands);
         env.check(e.get("name") == Some(&json!(name)), &run, &format!("entry name must be {name}: {e}"));
@@ -141,7 +141,7 @@ fn panicking_manifest_is_refused_and_others_keep_working() {
     env.install_fixtures();
     env.set_env("AAB_MISBEHAVE_MANIFEST_PANIC", "1");
     let (list, run) = plugins_list(&env);
-    assert_healthy(&env, &run, entry(&env, &list, &run, "fixture"), 6);
+    assert_healthy(&env, &run, entry(&env, &list, &run, "fixture"), 8);
     let e = entry(&env, &list, &run, "misbehaving");
     let code = entry_error(e).map(|(c, _)| c).unwrap_or_default();
     env.check(
@@ -159,7 +159,7 @@ fn wrong_abi_plugin_is_refused_and_others_keep_working() {
     env.install_fixtures();
     env.install_plugin("aab_fixture_wrong_abi", "wrongabi");
     let (list, run) = plugins_list(&env);
-    assert_healthy(&env, &run, entry(&env, &list, &run, "fixture"), 6);
+    assert_healthy(&env, &run, entry(&env, &list, &run, "fixture"), 8);
     assert_healthy(&env, &run, entry(&env, &list, &run, "misbehaving"), 1);
     let message = assert_refused(&env, &run, entry(&env, &list, &run, "wrongabi"), "wrongabi", "plugin_abi_incompatible");
     env.check(message.contains("ABI 2"), &run, &format!("the refusal must name ABI 2: {message:?}"));
@@ -173,7 +173,7 @@ fn plugin_claiming_a_taken_command_is_refused_and_others_keep_working() {
     env.install_fixtures();
     env.set_env("AAB_MISBEHAVE_CLAIM", "fixture-echo");
     let (list, run) = plugins_list(&env);
-    assert_healthy(&env, &run, entry(&env, &list, &run, "fixture"), 6);
+    assert_healthy(&env, &run, entry(&env, &list, &run, "fixture"), 8);
     let e = entry(&env, &list, &run, "misbehaving");
     let Some((code, message)) = entry_error(e) else { env.fail(&run, &format!("the claiming plugin must be refused: {e}")) };
     assert_refused(&env, &run, e, "misbehaving", &code);
@@ -191,7 +191,7 @@ fn plugin_requiring_another_plugin_api_is_refused_and_others_keep_working() {
     env.install_fixtures();
     env.set_env("AAB_MISBEHAVE_PLUGIN_API", "^2.0");
     let (list, run) = plugins_list(&env);
-    assert_healthy(&env, &run, entry(&env, &list, &run, "fixture"), 6);
+    assert_healthy(&env, &run, entry(&env, &list, &run, "fixture"), 8);
     let message = assert_refused(&env, &run, entry(&env, &list, &run, "misbehaving"), "misbehaving", "plugin_api_incompatible");
     env.check(message.contains("^2.0"), &run, &format!("the refusal should name the requirement ^2.0: {message:?}"));
     echo_ok(&env, "still here");

@@ -7,6 +7,7 @@ mod facts;
 mod foundation;
 mod hostile;
 mod intent;
+mod intent_fixture;
 mod isolation;
 mod parity;
 mod pipeline;

@@ -107,7 +107,12 @@ fn fixture_manifest_describes_every_command() {
     assert_eq!(m.name, "fixture");
     assert_eq!(m.platforms, vec!["fixture".to_string()]);
     let names: Vec<&str> = m.commands.iter().map(|c| c.command.as_str()).collect();
-    assert_eq!(names, ["fixture-echo", "fixture-host", "fixture-sleep", "fixture-text", "fixture-bytes", "fixture-fail"]);
+    assert_eq!(names, ["fixture-echo", "fixture-host", "fixture-sleep", "fixture-text", "fixture-bytes", "fixture-fail", "fixture-screen", "fixture-press"]);
+    // Its Intent provider and execution target are declared over those commands.
+    let provider = &m.intent_providers[0];
+    assert_eq!((provider.platform.as_str(), provider.provider.as_str(), provider.observe.command.as_str()), ("fixture", "fixture", "fixture-screen"));
+    assert!(provider.observation_target_schema.is_some());
+    assert_eq!((m.targets[0].platform.as_str(), m.targets[0].identity.as_slice()), ("fixture", &["screen".to_string()][..]));
     for c in &m.commands {
         assert_eq!(c.domain, "diagnostics", "{}", c.command);
         assert_eq!(c.platform, "fixture", "{}", c.command);

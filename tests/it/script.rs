@@ -405,7 +405,7 @@ fn script_checkpoint_resume_after_kill_9_never_repeats_an_action() {
     let receipts = env.root.join("fixture-receipts");
     std::fs::create_dir_all(&receipts).unwrap();
     env.set_env("AAB_FIXTURE_RECEIPTS", receipts.display().to_string());
-    let target = json!({"platform": "web", "sessionId": "ckpt-session", "runtimeEpoch": "ckpt-epoch"});
+    let target = json!({"platform": "fixture", "screen": "ckpt-screen"});
     let policy = json!({"restartPolicy": "checkpoint", "timeoutMs": 120000});
     let extra = json!({"target": target, "policy": policy});
     start(&env, "ckpt-js", &spec("javascript", RESUME_JS, extra.clone()));
@@ -492,7 +492,7 @@ exports.main = async (ctx) => {
 fn script_recording_dir_records_calls_and_latches_failures() {
     let env = TestEnv::new();
     env.install_fixtures();
-    let target = json!({"platform": "web", "sessionId": "rec-session", "runtimeEpoch": "rec-epoch"});
+    let target = json!({"platform": "fixture", "screen": "rec-screen"});
     let work = env.aab_ok(&["runtime", "--operation", "status"]); // starts the runtime
     drop(work);
 
@@ -586,7 +586,7 @@ exports.main = async (ctx) => {
 fn script_assertions_accept_only_unchanged_current_host_evidence() {
     let env = TestEnv::new();
     env.install_fixtures();
-    let target = json!({"platform": "web", "sessionId": "as-session", "runtimeEpoch": "as-epoch"});
+    let target = json!({"platform": "fixture", "screen": "as-screen"});
     start(&env, "assert-a", &spec("javascript", ASSERT_JS, json!({"target": target, "inputs": {"foreign": null}})));
     assert_eq!(wait_status(&env, "assert-a", &[])["status"], json!("completed"));
     let first = script_ok(&env, &["--operation", "result", "--operation-id", "assert-a"])["result"].clone();
@@ -629,7 +629,7 @@ fn sleep_script(device: &str, duration_ms: u64, dispatch_first: bool) -> String 
 fn script_device_is_released_or_stays_unresolved() {
     let env = TestEnv::new();
     env.install_fixtures();
-    let target = json!({"platform": "web", "sessionId": "dev-session", "runtimeEpoch": "dev-epoch"});
+    let target = json!({"platform": "fixture", "screen": "dev-screen"});
 
     // (a) A completed mutation releases the device with a settlement.
     start(&env, "dev-a", &spec("javascript", &sleep_script("script-dev-a", 10, false), json!({"target": target})));
@@ -719,6 +719,9 @@ fn rejected(env: &TestEnv, args: &[&str], code: &str, field: &str) -> Value {
 #[test]
 fn script_operations_accept_only_their_own_fields_and_strict_targets() {
     let env = TestEnv::new();
+    // The script target schema is built from these plugins' declared targets.
+    env.install_fixtures();
+    env.install_plugin("aab_plugin_web", "web");
     let js = spec("javascript", "exports.main = async () => 1;", json!({}));
     let js_text = js.to_string();
     // Every operation given a field of another operation is refused, naming the field.
@@ -767,10 +770,12 @@ fn script_operations_accept_only_their_own_fields_and_strict_targets() {
         let v = script(&env, &["--operation", "status", "--operation-id", id]);
         assert_eq!(v.pointer("/execution/error"), Some(&json!("unknown_operation")), "{id}: {v}");
     }
-    // Supported fields still start: a web target with targetId, an iOS target with webViewId.
+    // Supported fields still start: a web target with targetId, a fixture target
+    // (both declared by their plugins' manifests).
     start(&env, "t-web", &spec("javascript", "exports.main = async () => 1;", json!({"target": {"platform": "web", "sessionId": "s1", "runtimeEpoch": "e1", "targetId": "main"}})));
-    start(&env, "t-ios", &spec("javascript", "exports.main = async () => 1;", json!({"target": {"platform": "ios", "deviceId": "d1", "bundleId": "com.example.app", "webViewId": "w1"}})));
-    for id in ["t-web", "t-ios"] {
+    start(&env, "t-fixture", &spec("javascript", "exports.main = async () => 1;", json!({"target": {"platform": "fixture", "screen": "s1"}})));
+    rejected(&env, &["--operation", "start", "--operation-id", "t-fixture-extra", "--script", &spec("javascript", "exports.main = async () => 1;", json!({"target": {"platform": "fixture", "screen": "s1", "sessionId": "s1"}})).to_string()], "unsupported_argument", "script.target.sessionId");
+    for id in ["t-web", "t-fixture"] {
         assert_eq!(wait_status(&env, id, &[])["status"], json!("completed"), "{id}");
     }
     // `resume --script` re-runs only a lost operation: given for a live one it is refused, not ignored.
@@ -877,7 +882,7 @@ fn history_pages(env: &TestEnv, id: &str, limit: usize) -> (Vec<Value>, usize) {
 fn script_history_pages_the_execution_ledger_with_honest_cursors() {
     let env = TestEnv::new();
     env.install_fixtures();
-    let target = json!({"platform": "web", "sessionId": "ledger-session", "runtimeEpoch": "ledger-epoch"});
+    let target = json!({"platform": "fixture", "screen": "ledger-screen"});
     start(&env, "ledger", &spec("javascript", LEDGER_JS, json!({"target": target, "inputs": {"progress": 3}})));
     assert_eq!(wait_status(&env, "ledger", &[])["status"], json!("completed"));
     let action_id = script_ok(&env, &["--operation", "result", "--operation-id", "ledger"])["result"].clone();

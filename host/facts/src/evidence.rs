@@ -23,7 +23,6 @@ pub const EVIDENCE_SCHEMA: &str = "aab.execution-evidence/v1";
 /// Record kinds.
 pub const KINDS: &[&str] =
     &["observation", "summary", "plan", "decision", "dispatch-marker", "action-receipt", "checkpoint", "result", "attachment", "response"];
-const PROVIDERS: &[&str] = &["native", "uia", "flutter", "h5"];
 const AGENT_DECISIONS: &[&str] = &["act", "complete", "fail", "inconclusive"];
 const MAX_IDENTITY_CHARS: usize = 1024;
 
@@ -161,6 +160,11 @@ fn identity<'a>(t: &'a Map<String, Value>, field: &str) -> Result<&'a str, Strin
     }
 }
 
+fn platform_name(s: &str) -> bool {
+    let mut c = s.chars();
+    c.next().is_some_and(|f| f.is_ascii_lowercase()) && s.len() <= 64 && c.all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '-' || ch == '_')
+}
+
 fn java_package(s: &str) -> bool {
     let parts: Vec<&str> = s.split('.').collect();
     parts.len() >= 2
@@ -174,7 +178,7 @@ fn java_package(s: &str) -> bool {
 /// fields>`), or why the target is invalid.
 pub fn target_identity(target: &Value) -> Result<String, String> {
     let t = target.as_object().ok_or("a target must be an object")?;
-    let platform = t.get("platform").and_then(Value::as_str).ok_or("`platform` must be android, ios or web")?;
+    let platform = t.get("platform").and_then(Value::as_str).ok_or("`platform` must be a platform name")?;
     let ids: Vec<Value> = match platform {
         "android" => {
             let serial = identity(t, "serial")?;
@@ -198,7 +202,25 @@ pub fn target_identity(target: &Value) -> Result<String, String> {
             };
             vec![json!(session), epoch, target_id]
         }
-        _ => return Err("`platform` must be android, ios or web".into()),
+        // Any other platform (a provider's own, declared in its manifest): every
+        // field but `platform` identifies the target, in key order, so the identity
+        // needs no knowledge of the platform (archives verify offline).
+        other => {
+            if !platform_name(other) {
+                return Err("`platform` must be a platform name (lowercase letters, digits, `-`, `_`; at most 64)".into());
+            }
+            let mut keys: Vec<&String> = t.keys().filter(|k| *k != "platform").collect();
+            keys.sort();
+            let mut ids = Map::new();
+            for k in keys {
+                let v = match &t[k.as_str()] {
+                    Value::Number(n) if n.as_u64().is_some() => Value::Number(n.clone()),
+                    _ => json!(identity(t, k)?),
+                };
+                ids.insert(k.clone(), v);
+            }
+            vec![Value::Object(ids)]
+        }
     };
     Ok(format!("{platform}:{}", Value::Array(ids)))
 }
@@ -270,8 +292,9 @@ pub(crate) fn validate(namespace: &str, kind: &str, rec: &Value, archived_unvers
     }
     match kind {
         "observation" => {
-            if !rec.get("provider").and_then(Value::as_str).is_some_and(|p| PROVIDERS.contains(&p)) {
-                return Err(Invalid::new("provider", "must be native, uia, flutter or h5"));
+            // Provider names come from plugin manifests; the store checks only their shape.
+            if !rec.get("provider").and_then(Value::as_str).is_some_and(platform_name) {
+                return Err(Invalid::new("provider", "must be a provider name (lowercase letters, digits, `-`, `_`; at most 64)"));
             }
             if safe_int(rec.get("capturedAtMs")).is_none() {
                 return Err(Invalid::new("capturedAtMs", "must be a safe integer"));
@@ -565,7 +588,12 @@ mod tests {
         assert_eq!(target_identity(&json!({"platform": "web", "sessionId": "s", "runtimeEpoch": 3})).unwrap(), r#"web:["s",3,null]"#);
         assert!(target_identity(&json!({"platform": "android", "serial": "a b", "packageName": "com.x"})).is_err());
         assert!(target_identity(&json!({"platform": "android", "serial": "a", "packageName": "nodots"})).is_err());
-        assert!(target_identity(&json!({"platform": "tv"})).is_err());
+        // Another platform: every other field identifies it, in key order.
+        assert_eq!(target_identity(&json!({"platform": "tv", "screen": "s1", "app": "a", "n": 3})).unwrap(), r#"tv:[{"app":"a","n":3,"screen":"s1"}]"#);
+        assert_eq!(target_identity(&json!({"platform": "tv"})).unwrap(), "tv:[{}]");
+        assert!(target_identity(&json!({"platform": "tv", "screen": "a b"})).is_err());
+        assert!(target_identity(&json!({"platform": "TV"})).is_err());
+        assert!(target_identity(&json!({"platform": "tv", "screen": {"x": 1}})).is_err());
     }
 
     #[test]

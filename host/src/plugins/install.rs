@@ -161,7 +161,8 @@ fn install(bundle_dir: &Path) -> Result<Value, CommandError> {
                 .with_field("bundle")
                 .with_details(json!({"file": entry.file, "listed": entry.name, "actual": plugin.name})));
         }
-        let mut registry = crate::registry::Registry::new(crate::builtins::specs());
+        let mut registry = crate::registry::Registry::new(crate::builtins::host_specs());
+        registry.reserve(crate::builtins::ENGINE_COMMANDS);
         registry.add_plugin_checked(&plugin.name, &from, &plugin, false)?;
         // One plugin name, one file: a same-named plugin under another file name
         // would make the runtime refuse one of them.

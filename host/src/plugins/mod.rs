@@ -25,6 +25,7 @@ use crate::client::PublicReply;
 use crate::config::Config;
 use crate::digest::{DigestCache, file_sha256};
 use crate::error::CommandError;
+use crate::engines::catalog::{self, EngineCatalog};
 use crate::registry::Registry;
 
 pub use bundle::{BUNDLE_MANIFEST, BundleOptions, bundle_report, verify_report};
@@ -120,6 +121,8 @@ pub struct Catalog {
     /// sha256 of every candidate file by file name (for the code fingerprint).
     pub file_digests: BTreeMap<String, String>,
     pub bundle_digest: Option<String>,
+    /// What the engine schemas took from the loaded manifests (built once per load).
+    pub engines: EngineCatalog,
 }
 
 impl Catalog {
@@ -135,7 +138,10 @@ impl Catalog {
     }
 
     pub fn build(config: &Config, cache: &mut DigestCache, mode: LoadMode) -> Catalog {
-        let mut registry = Registry::new(builtins::specs());
+        // The engine built-ins are registered after the plugins: their schemas name
+        // the platforms and targets the plugins declare.
+        let mut registry = Registry::new(builtins::host_specs());
+        registry.reserve(builtins::ENGINE_COMMANDS);
         let mut reports = Vec::new();
         let mut modules = BTreeMap::new();
         let mut file_digests = BTreeMap::new();
@@ -223,6 +229,8 @@ impl Catalog {
                     let duplicate_name = reports.iter().any(|r: &PluginReport| r.error.is_none() && r.manifest.as_ref().is_some_and(|m| m.name == manifest.name));
                     if duplicate_name {
                         report.error = Some(refusal("plugin_name_conflict", &file, format!("another loaded plugin is already named `{}`", manifest.name)));
+                    } else if let Err(reason) = catalog::check_manifest(&manifest) {
+                        report.error = Some(refusal("plugin_manifest_invalid", &file, format!("its manifest is invalid: {reason}")));
                     } else if let Err(e) = registry.add_plugin_checked(&manifest.name, &file, &manifest, schemas_known_good) {
                         report.error = Some(e);
                     } else {
@@ -241,7 +249,11 @@ impl Catalog {
             reports.push(report);
         }
         cache.save();
-        let mut catalog = Catalog { registry, reports, modules, isolation, file_digests, bundle_digest };
+        let engines = EngineCatalog::from_manifests(reports.iter().filter(|r| r.error.is_none()).filter_map(|r| r.manifest.as_ref()));
+        for spec in builtins::engine_specs(&engines) {
+            registry.add_host(spec);
+        }
+        let mut catalog = Catalog { registry, reports, modules, isolation, file_digests, bundle_digest, engines };
         // Discovery narrowing of `intent decide` by the loaded Intent providers.
         let narrowing = crate::engines::intent::discovery_narrowing(&catalog.intent_providers());
         catalog.registry.set_narrowing(narrowing);
@@ -367,7 +379,7 @@ pub fn list_report() -> PublicReply {
         "plugins": plugins,
         "loaded": catalog.reports.len() - refused,
         "refused": refused,
-        "hostCommands": builtins::specs().len(),
+        "hostCommands": catalog.registry.iter().filter(|c| c.origin == crate::registry::CommandOrigin::Host).count(),
     });
     crate::reply::local_value("plugins", value)
 }

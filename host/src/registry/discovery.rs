@@ -150,15 +150,17 @@ fn narrow_field(payload: &mut Value, narrowing: &super::FieldNarrowing, filters:
 
 fn unknown_domain(registry: &Registry, domain: &str) -> CommandError {
     let domains: Vec<&str> = registry.domains().into_iter().map(|(d, _)| d).collect();
-    CommandError::new(
-        "unknown_domain",
-        format!(
-            "unknown domain `{domain}`; domains are {}. Note: android is a platform, not a domain (Android commands are spread over core, app, action, flutter, webview, diagnostics and advanced)",
-            domains.join(", ")
-        ),
-    )
-    .with_field("domain")
-    .with_details(json!({"allowed": domains}))
+    let mut message = format!("unknown domain `{domain}`; domains are {}", domains.join(", "));
+    // A loaded platform's name is a common mistake: say where its commands are.
+    if registry.platforms().contains(domain) {
+        let mut spread: Vec<&str> = domains.iter().copied().filter(|d| registry.iter().any(|c| c.spec.platform == domain && c.spec.domain == *d)).collect();
+        spread.dedup();
+        let _ = write!(message, ". Note: {domain} is a platform, not a domain");
+        if !spread.is_empty() {
+            let _ = write!(message, " (its commands are in {})", spread.join(", "));
+        }
+    }
+    CommandError::new("unknown_domain", message).with_field("domain").with_details(json!({"allowed": domains}))
 }
 
 /// The light directory (or, with `includeOptions`, every entry in full detail).
@@ -295,7 +297,12 @@ fn compact_len(value: &Value) -> usize {
 /// Plain-text CLI help: usage lines, then every command grouped by domain.
 pub fn help_text(registry: &Registry) -> String {
     let mut out = String::new();
-    out.push_str("aab — observe and drive Android, iOS and Web apps (CLI and MCP)\n\n");
+    let platforms = registry.platforms();
+    if platforms.is_empty() {
+        out.push_str("aab — observe and drive apps through provider plugins (CLI and MCP)\n\n");
+    } else {
+        let _ = write!(out, "aab — observe and drive apps through provider plugins (CLI and MCP); platforms: {}\n\n", platforms.into_iter().collect::<Vec<_>>().join(", "));
+    }
     out.push_str("Usage:\n");
     out.push_str("  aab <command> [--kebab-case-flag value ...] --extract null   run a command (flags are its arguments)\n");
     out.push_str("  aab --help COMMAND                                          show a command's JSON input schema\n");
@@ -346,8 +353,8 @@ fn query_schema() -> &'static Value {
                 "command": {"type": "string", "minLength": 1, "description": "Return one command's full contract and inputSchema"},
                 "includeOptions": {"type": "boolean", "description": "Expand every directory entry to its full contract (large)"},
                 "operation": {"type": "string", "minLength": 1, "description": "With `command`: narrow the schema to one operation"},
-                "platform": {"type": "string", "enum": ["android", "ios", "web"], "description": "With command intent, operation decide"},
-                "provider": {"type": "string", "enum": ["native", "uia", "flutter", "h5"], "description": "With command intent, operation decide"},
+                "platform": {"type": "string", "minLength": 1, "description": "With command intent, operation decide: one platform of the loaded Intent providers (an unknown one is answered with the allowed values)"},
+                "provider": {"type": "string", "minLength": 1, "description": "With command intent, operation decide: one loaded Intent provider (an unknown one is answered with the allowed values)"},
                 "action": {"type": "string", "minLength": 1, "description": "With command intent, operation decide: one action"}
             }
         })
@@ -433,7 +440,10 @@ mod tests {
         let v = capabilities(&registry(), &json!({"domain": "android"}));
         assert_eq!((v["error"].as_str(), v["field"].as_str()), (Some("unknown_domain"), Some("domain")));
         let message = v["message"].as_str().unwrap();
-        assert!(message.contains("android is a platform, not a domain") && message.contains("diagnostics"), "{message}");
+        // The note names a loaded platform and where its commands are (from the catalog).
+        assert!(message.contains("android is a platform, not a domain (its commands are in core, action)"), "{message}");
+        let v = capabilities(&registry(), &json!({"domain": "tv"}));
+        assert!(!v["message"].as_str().unwrap().contains("platform"), "tv is not loaded: {v}");
     }
 
     #[test]
@@ -560,6 +570,8 @@ mod tests {
         }
         assert!(text.find("\nexecution — ").unwrap() < text.find("\ncore — ").unwrap());
         assert!(!text.contains("\nflutter — "), "empty domains are omitted");
+        assert!(text.starts_with("aab — observe and drive apps through provider plugins (CLI and MCP); platforms: android, web\n"), "{text}");
+        assert!(help_text(&Registry::new(Vec::new())).starts_with("aab — observe and drive apps through provider plugins (CLI and MCP)\n\n"));
     }
 
     #[test]
@@ -568,6 +580,10 @@ mod tests {
         assert_eq!(schema["additionalProperties"], json!(false));
         assert_eq!(schema["properties"]["domain"]["enum"].as_array().unwrap().len(), 11);
         assert_eq!(schema["properties"]["includeOptions"]["type"], json!("boolean"));
-        assert_eq!(schema["properties"]["platform"]["enum"], json!(["android", "ios", "web"]));
+        // Platform and provider names come from the catalog, not from this constant
+        // schema: unknown values are answered by the narrowing with `allowed`.
+        for key in ["platform", "provider"] {
+            assert_eq!((schema["properties"][key]["type"].as_str(), schema["properties"][key].get("enum")), (Some("string"), None), "{key}");
+        }
     }
 }

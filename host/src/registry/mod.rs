@@ -92,6 +92,9 @@ pub struct Registry {
     /// Private domains declared by loaded plugin manifests: name → (description,
     /// declaring plugin). Listed after the built-in [`DOMAINS`], by name.
     private_domains: BTreeMap<String, (String, String)>,
+    /// Built-in names registered only after the plugins ([`Registry::reserve`]):
+    /// a plugin declaring one is refused as if the built-in were already there.
+    reserved: BTreeSet<String>,
     /// Host-provided discovery narrowings (at most one per command).
     narrowings: BTreeMap<String, FieldNarrowing>,
     /// Why commands may be missing (the plugin directory could not be read): an
@@ -148,6 +151,19 @@ impl Registry {
         registry
     }
 
+    /// Reserve built-in command names that [`Registry::add_host`] registers after
+    /// the plugins (their schemas depend on what the plugins declare).
+    pub fn reserve<'a>(&mut self, commands: impl IntoIterator<Item = &'a str>) {
+        self.reserved.extend(commands.into_iter().map(str::to_string));
+    }
+
+    /// Register one built-in (normally a reserved name) after the plugins.
+    pub fn add_host(&mut self, spec: CommandSpec) {
+        debug_assert!(check_spec(&spec).is_ok(), "malformed built-in `{}`: {:?}", spec.command, check_spec(&spec));
+        self.reserved.remove(&spec.command);
+        self.commands.insert(spec.command.clone(), RegisteredCommand::new(spec, CommandOrigin::Host));
+    }
+
     /// Register all commands of one plugin, or none of them. Returns how many were
     /// registered.
     pub fn add_plugin(&mut self, name: &str, file: &Path, manifest: &Manifest) -> Result<usize, CommandError> {
@@ -178,6 +194,9 @@ impl Registry {
         for spec in &manifest.commands {
             if let Some(owner) = self.commands.get(&spec.command) {
                 return Err(conflict(file, &spec.command, &owner.origin));
+            }
+            if self.reserved.contains(&spec.command) {
+                return Err(conflict(file, &spec.command, &CommandOrigin::Host));
             }
             staged.push(RegisteredCommand::new(spec.clone(), origin.clone()));
         }
@@ -546,10 +565,26 @@ pub(crate) mod tests {
 
     #[test]
     fn host_builtins_are_well_formed() {
-        for spec in crate::builtins::specs() {
-            assert_eq!(check_spec(&spec), Ok(()), "built-in `{}`", spec.command);
+        // With an empty catalog and with one that names platforms and targets.
+        for engines in [crate::engines::catalog::EngineCatalog::default(), crate::engines::catalog::tests::sample()] {
+            for spec in crate::builtins::specs(&engines) {
+                assert_eq!(check_spec(&spec), Ok(()), "built-in `{}`", spec.command);
+            }
+            Registry::new(crate::builtins::specs(&engines)).compile_all().unwrap();
         }
-        Registry::new(crate::builtins::specs()).compile_all().unwrap();
+    }
+
+    #[test]
+    fn engine_builtins_are_reserved_for_the_host() {
+        let mut registry = Registry::new(vec![simple("status")]);
+        registry.reserve(crate::builtins::ENGINE_COMMANDS);
+        let e = registry.add_plugin("p", Path::new("/p/libp.so"), &manifest("p", vec![simple("script")])).unwrap_err();
+        assert_eq!((e.code.as_str(), e.details.as_ref().map(|d| d["owner"].clone())), ("plugin_command_conflict", Some(json!("host"))), "{e}");
+        assert!(registry.get("script").is_none(), "nothing of the refused plugin is registered");
+        for spec in crate::builtins::engine_specs(&Default::default()) {
+            registry.add_host(spec);
+        }
+        assert_eq!(registry.get("script").map(|c| c.origin.clone()), Some(CommandOrigin::Host));
     }
 
     #[test]

@@ -22,6 +22,11 @@ pub fn manifest() -> Manifest {
     m.platforms = vec!["web".to_string()];
     m.features = vec!["web-sdk-v2".to_string(), "managed-execution".to_string(), "capture-barrier".to_string()];
     m.intent_providers = vec![h5_intent_provider()];
+    // `script.target` of a page: its identity defaults `sessionId`/`runtimeEpoch` of every ctx.call.
+    m.targets = vec![aab_plugin_api::protocol::ExecutionTarget::new("web", ["sessionId", "runtimeEpoch"]).connection(
+        "targetId",
+        json!({"type": "string", "minLength": 1, "maxLength": 4096, "description": "connection option of this platform"}),
+    )];
     m
 }
 

@@ -25,7 +25,8 @@ fn evidence_is_validated_against_its_kind() {
     };
     let e = store.append_evidence(ns, "op", "observation", &json!({ "revision": 1, "provider": "native", "capturedAtMs": 5 }), s).unwrap_err();
     assert_eq!(invalid_field(e), "target");
-    let e = store.append_evidence(ns, "op", "observation", &obs(json!({ "provider": "selenium" })), s).unwrap_err();
+    // Provider names come from plugin manifests: only their shape is checked.
+    let e = store.append_evidence(ns, "op", "observation", &obs(json!({ "provider": "Selenium 4" })), s).unwrap_err();
     assert_eq!(invalid_field(e), "provider");
     let e = store
         .append_evidence(ns, "op", "observation", &obs(json!({ "target": { "platform": "android", "serial": "a b", "packageName": "com.x" } })), s)
@@ -81,6 +82,9 @@ fn evidence_is_validated_against_its_kind() {
     // Nothing invalid consumed a sequence number or reached the store.
     assert_eq!(store.status().unwrap().last_sequence, 0);
     assert_eq!(Namespace::parse("intents").unwrap_err().code, "invalid_argument");
+    // Any well-formed provider name and platform of a plugin's own are accepted.
+    let own = json!({ "revision": 1, "target": { "platform": "fixture", "screen": "s1" }, "provider": "selenium", "capturedAtMs": 5 });
+    store.append_evidence(ns, "op", "observation", &own, s).unwrap();
 }
 
 #[test]

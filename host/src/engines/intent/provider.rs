@@ -20,11 +20,14 @@ pub struct Sources<'a> {
     pub window: Option<&'a Value>,
     /// The previous page of a paged stream read (continuation templates).
     pub page: Option<&'a Value>,
+    /// The Intent's current `observationTarget` (validated against the provider's
+    /// `observationTargetSchema`), if any.
+    pub observation_target: Option<&'a Value>,
 }
 
 impl<'a> Sources<'a> {
     pub fn new(target: &'a Value) -> Sources<'a> {
-        Sources { target, action: None, element: None, observation: None, require: None, watermark: None, window: None, page: None }
+        Sources { target, action: None, element: None, observation: None, require: None, watermark: None, window: None, page: None, observation_target: None }
     }
 }
 
@@ -45,6 +48,7 @@ fn lookup_one(sources: &Sources<'_>, path: &str) -> Option<Value> {
         "watermark" => return sources.watermark.filter(|v| !v.is_null()).cloned(),
         "window" => sources.window?.clone(),
         "page" => sources.page?.clone(),
+        "observationTarget" => sources.observation_target?.clone(),
         _ => return None,
     };
     for p in parts {

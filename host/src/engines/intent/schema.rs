@@ -5,6 +5,7 @@
 use aab_plugin_api::CommandSpec;
 use serde_json::{Value, json};
 
+use crate::engines::catalog::{EngineCatalog, name_schema};
 use crate::registry::schema::tagged_operation_list;
 
 pub const DEFAULT_LIFETIME_MS: u64 = 300_000;
@@ -41,7 +42,9 @@ fn revision() -> Value {
     json!({"type": "integer", "minimum": 1, "maximum": 9007199254740991u64, "description": "The committed revision this request is based on"})
 }
 
-pub(super) fn decision() -> Value {
+pub(super) fn decision(catalog: &EngineCatalog) -> Value {
+    let provider = name_schema(&catalog.intent_providers, json!({"description": "Optional: must equal the committed observation's provider"}));
+    let action_provider = name_schema(&catalog.intent_providers, json!({}));
     json!({
         "type": "object", "additionalProperties": false,
         "description": "One decision against the committed revision. `act` needs an `action` of the observation's provider (its schema: `capabilities {command:\"intent\",operation:\"decide\",platform?,provider?,action?}` returns the provider's declared action schema; the engine validates the action against the provider of the committed observation); complete/fail/inconclusive forbid one.",
@@ -50,11 +53,11 @@ pub(super) fn decision() -> Value {
             "decisionId": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", "description": "Unique within the Intent"},
             "basedOnRevision": revision(),
             "agentDecision": {"type": "string", "enum": ["act", "complete", "fail", "inconclusive"]},
-            "provider": {"type": "string", "enum": ["native", "uia", "flutter", "h5"], "description": "Optional: must equal the committed observation's provider"},
+            "provider": provider,
             "action": {
                 "type": "object", "required": ["action"],
-                "description": "Provider action, e.g. {action:\"tap\", selector:{elementId:\"e3\"}} (Web h5: tap, inputText, pressKey, scroll, scrollBy). The target element must be one of the committed observation. `provider` may be named here (or on the decision); it must be the committed observation's provider.",
-                "properties": {"action": {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9]{0,63}$"}, "provider": {"type": "string", "enum": ["native", "uia", "flutter", "h5"]}}
+                "description": "Provider action, e.g. {action:\"tap\", selector:{elementId:\"e3\"}} (the provider's declared actions: `capabilities` with operation decide). The target element must be one of the committed observation. `provider` may be named here (or on the decision); it must be the committed observation's provider.",
+                "properties": {"action": {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9]{0,63}$"}, "provider": action_provider}
             },
             "reason": text(4096, "Why (recorded with the decision)")
         },
@@ -96,14 +99,15 @@ fn budget() -> Value {
 }
 
 /// (operation, description, own properties, required)
-fn operations() -> Vec<crate::registry::schema::OperationSpec> {
+fn operations(catalog: &EngineCatalog) -> Vec<crate::registry::schema::OperationSpec> {
     let target = json!({
         "type": "object", "required": ["platform"],
-        "description": "The app target; its fields are those of the chosen provider's targetSchema (Web h5: {platform:\"web\", sessionId, runtimeEpoch, targetId?})",
-        "properties": {"platform": {"type": "string", "enum": ["android", "ios", "web"]}}
+        "description": "The app target; its fields are those of the chosen provider's targetSchema (the plugin manifest's intentProviders)",
+        "properties": {"platform": name_schema(&catalog.intent_platforms, json!({}))}
     });
-    let provider = json!({"type": "string", "enum": ["native", "uia", "flutter", "h5"], "description": "Intent provider (default: the platform's default provider)"});
-    let observation_target = json!({"type": ["object", "null"], "additionalProperties": false, "properties": {"webViewId": text(256, "observed WebView id"), "packageName": text(256, "package")}});
+    let provider = name_schema(&catalog.intent_providers, json!({"description": "Intent provider (default: the platform's default provider)"}));
+    // Its fields are the chosen provider's `observationTargetSchema` (checked by the engine).
+    let observation_target = json!({"type": ["object", "null"], "description": "What to observe inside the target (e.g. one WebView), as the chosen provider's observationTargetSchema; null or omitted: the whole target"});
     vec![
         ("start", "Start an Intent (supervised; or autonomous with agentModule + budget): persist intent-started, observe, commit revision 1", json!({
             "goal": text(4096, "What the Intent should achieve"),
@@ -131,7 +135,7 @@ fn operations() -> Vec<crate::registry::schema::OperationSpec> {
         }), vec!["operationId"]),
         ("decide", "Decide against the committed revision: act (one provider action) or complete / fail / inconclusive", json!({
             "operationId": operation_id(),
-            "decision": decision()
+            "decision": decision(catalog)
         }), vec!["operationId", "decision"]),
         ("pause", "Pause a waiting Intent (its lifetime keeps running)", json!({"operationId": operation_id()}), vec!["operationId"]),
         ("resume", "Resume a paused Intent", json!({"operationId": operation_id()}), vec!["operationId"]),
@@ -143,7 +147,7 @@ fn operations() -> Vec<crate::registry::schema::OperationSpec> {
     ]
 }
 
-pub fn spec() -> CommandSpec {
+pub fn spec(catalog: &EngineCatalog) -> CommandSpec {
     // `timeoutMs` is the lifetime on start and this call's deadline elsewhere; the
     // idempotency key and feedback are host options every operation accepts.
     let common = [
@@ -151,7 +155,7 @@ pub fn spec() -> CommandSpec {
         ("feedback", json!({"type": "string", "enum": ["auto", "off", "full"]})),
         ("timeoutMs", json!({"type": "integer", "minimum": 1, "maximum": MAX_LIFETIME_MS, "description": "start: the Intent's lifetime; other operations: this call's deadline"})),
     ];
-    let schema = tagged_operation_list("start / status / observe / decide / pause / resume / cancel / intervene", &operations(), &common);
+    let schema = tagged_operation_list("start / status / observe / decide / pause / resume / cancel / intervene", &operations(catalog), &common);
     CommandSpec::conditional("intent", ["start", "decide"])
         .summary("Supervised observe → decide → act against a committed revision, with durable evidence (start/status/observe/decide/pause/resume/cancel/intervene)")
         .platform("multi")

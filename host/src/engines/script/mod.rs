@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::admission::{Cancel, CancelReason};
 use crate::error::CommandError;
-use crate::pipeline::ExecutionHost;
+use crate::engines::Host;
 use crate::reply::ExecOutcome;
 
 pub const SDK_VERSION: &str = "aab.script-sdk/v1";
@@ -422,14 +422,14 @@ impl Op {
     }
 }
 
-/// The `script` command spec.
-pub fn spec() -> Option<CommandSpec> {
-    Some(schema::spec())
+/// The `script` command spec (its targets from the loaded catalog).
+pub fn spec(catalog: &crate::engines::catalog::EngineCatalog) -> Option<CommandSpec> {
+    Some(schema::spec(catalog))
 }
 
 /// Boxed (not `async fn`): `ctx.call` runs `ExecutionHost::call`, which reaches this
 /// handler again, so the future type must not be opaque inside this module.
-pub fn handle<'a>(host: &'a Arc<ExecutionHost>, arguments: &'a Value, cwd: &'a str) -> std::pin::Pin<Box<dyn std::future::Future<Output = ExecOutcome> + Send + 'a>> {
+pub fn handle<'a>(host: &'a Host, arguments: &'a Value, cwd: &'a str) -> std::pin::Pin<Box<dyn std::future::Future<Output = ExecOutcome> + Send + 'a>> {
     Box::pin(async move {
         match ops::dispatch(host, arguments, cwd).await {
             Ok(v) => ExecOutcome::Json(v),

@@ -3,57 +3,58 @@
 //! operation accepts only its own (`unsupported_argument`, before any access).
 //! `script.target` is the contract's execution target (seed `execution-target.js`):
 //! per platform its identity and connection fields and nothing else, so an
-//! unsupported target field is rejected instead of silently dropped.
+//! unsupported target field is rejected instead of silently dropped. The platforms
+//! and their fields come from the loaded plugins' manifests (`targets`).
 
 use aab_plugin_api::CommandSpec;
 use serde_json::{Map, Value, json};
 
+use crate::engines::catalog::EngineCatalog;
 use crate::registry::schema::tagged_operation_list;
 
 use super::{MIB, PERMISSIONS, SPEC_SCHEMA};
-
-/// The contract's execution targets as data: (platform, identity fields, connection
-/// fields). The engine never branches on these names; they only build the schema.
-const TARGETS: &[(&str, &[&str], &[&str])] = &[
-    ("android", &["serial", "packageName"], &["adb", "port"]),
-    ("ios", &["deviceId", "bundleId"], &["runtimeUrl", "iosHost", "iosPort", "wdaUrl", "wdaRunnerBundleId", "wdaSessionId", "webViewId", "devicectl", "xcodebuild"]),
-    ("web", &["sessionId", "runtimeEpoch"], &["targetId"]),
-];
-
-/// Fields whose value is a port number rather than text.
-const PORT_FIELDS: &[&str] = &["port", "iosPort"];
 
 fn text(max: u64, what: &str) -> Value {
     json!({"type": "string", "minLength": 1, "maxLength": max, "description": what})
 }
 
-/// `script.target`: one strict object per platform, or null.
-pub fn target_schema() -> Value {
-    let mut branches: Vec<Value> = TARGETS
+/// `script.target`: one strict object per declared execution target, or null.
+pub fn target_schema(catalog: &EngineCatalog) -> Value {
+    let mut branches: Vec<Value> = catalog
+        .targets
         .iter()
-        .map(|(platform, identity, connection)| {
+        .map(|t| {
             let mut properties = Map::new();
-            properties.insert("platform".into(), json!({"const": platform}));
-            for k in identity.iter() {
-                properties.insert((*k).into(), json!({"type": "string", "minLength": 1, "maxLength": 1024, "pattern": "^\\S+$", "description": "target identity (no whitespace)"}));
+            properties.insert("platform".into(), json!({"const": t.platform}));
+            for k in &t.identity {
+                properties.insert(k.clone(), json!({"type": "string", "minLength": 1, "maxLength": 1024, "pattern": "^\\S+$", "description": "target identity (no whitespace)"}));
             }
-            for k in connection.iter() {
-                let schema = if PORT_FIELDS.contains(k) { json!({"type": "integer", "minimum": 1, "maximum": 65535}) } else { text(4096, "connection option of this platform") };
-                properties.insert((*k).into(), schema);
+            for (k, schema) in &t.connection {
+                properties.insert(k.clone(), schema.clone());
             }
             let mut required = vec!["platform"];
-            required.extend(identity.iter());
+            required.extend(t.identity.iter().map(String::as_str));
             json!({"type": "object", "additionalProperties": false, "properties": properties, "required": required})
         })
         .collect();
     branches.push(json!({"type": "null"}));
-    json!({
-        "anyOf": branches,
-        "description": "execution target or null: {platform:\"web\", sessionId, runtimeEpoch, targetId?}, {platform:\"android\", serial, packageName, adb?, port?} or {platform:\"ios\", deviceId, bundleId, ...connection options}; its identity fields are default arguments of ctx.call. Other fields are rejected."
-    })
+    let shapes: Vec<String> = catalog
+        .targets
+        .iter()
+        .map(|t| {
+            let fields = t.identity.iter().cloned().chain(t.connection.keys().map(|k| format!("{k}?")));
+            format!("{{platform:\"{}\", {}}}", t.platform, fields.collect::<Vec<_>>().join(", "))
+        })
+        .collect();
+    let description = match shapes.split_last() {
+        None => "execution target: null (no loaded plugin declares an execution target). Other values are rejected.".to_string(),
+        Some((last, [])) => format!("execution target or null: {last}; its identity fields are default arguments of ctx.call. Other fields are rejected."),
+        Some((last, rest)) => format!("execution target or null: {} or {last}; its identity fields are default arguments of ctx.call. Other fields are rejected.", rest.join(", ")),
+    };
+    json!({"anyOf": branches, "description": description})
 }
 
-fn script_object() -> Value {
+fn script_object(catalog: &EngineCatalog) -> Value {
     let size = json!({"type": "integer", "minimum": 1, "maximum": 64 * MIB});
     json!({
         "type": "object",
@@ -67,7 +68,7 @@ fn script_object() -> Value {
             "name": {"type": "string", "minLength": 1, "maxLength": 256},
             "cwd": text(4096, "working directory of the program (default the caller's cwd)"),
             "entrypoint": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]{0,127}$", "description": "function called with ctx (default main)"},
-            "target": target_schema(),
+            "target": target_schema(catalog),
             "inputs": {"type": "object", "description": "ctx.inputs"},
             "permissions": {"type": "array", "uniqueItems": true, "items": {"type": "string", "enum": PERMISSIONS}, "description": "default app.read, app.interact, capture.read"},
             "policy": {
@@ -87,7 +88,7 @@ fn script_object() -> Value {
 }
 
 /// (operation, description, own properties, required)
-fn operations() -> Vec<crate::registry::schema::OperationSpec> {
+fn operations(catalog: &EngineCatalog) -> Vec<crate::registry::schema::OperationSpec> {
     let id = json!({"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", "description": "The operation id (start: optional, default script-<ms>-<n>)"});
     let read = json!({
         "operationId": id,
@@ -106,7 +107,7 @@ fn operations() -> Vec<crate::registry::schema::OperationSpec> {
     let python_path = text(4096, "Python executable (python scripts only)");
     vec![
         ("start", "Start a script (returns at once with its first status)", json!({
-            "script": script_object(),
+            "script": script_object(catalog),
             "operationId": id,
             "recordingDir": text(4096, "new directory for recorded call payloads (parent must exist)"),
             "pythonPath": python_path.clone()
@@ -118,7 +119,7 @@ fn operations() -> Vec<crate::registry::schema::OperationSpec> {
         ("result", "The persisted return value of a completed script", json!({"operationId": id}), vec!["operationId"]),
         ("pause", "Pause at the next call or control point (after an in-flight mutation)", read.clone(), vec!["operationId"]),
         ("resume", "Resume a paused script, or re-run a lost checkpoint-policy script from its last checkpoint (optionally with the same script and pythonPath)", with(json!({
-            "script": script_object(),
+            "script": script_object(catalog),
             "pythonPath": python_path
         })), vec!["operationId"]),
         ("decide", "Answer the pending ctx.askAgent question", with(json!({
@@ -132,10 +133,10 @@ fn operations() -> Vec<crate::registry::schema::OperationSpec> {
 }
 
 /// The `script` command spec.
-pub fn spec() -> CommandSpec {
+pub fn spec(catalog: &EngineCatalog) -> CommandSpec {
     let mut schema = tagged_operation_list(
         "start a script; status/wait read its state, events and history; result reads the persisted return value; pause/resume/cancel control it; decide answers ctx.askAgent; runtime-status lists the script runtimes",
-        &operations(),
+        &operations(catalog),
         &[],
     );
     // pythonPath belongs to python scripts only (contract: rejected at validation).
