@@ -237,7 +237,7 @@ fn plugin_declaring_a_builtin_domain_is_refused_and_others_keep_working() {
     env.install_fixtures();
     env.set_env("AAB_MISBEHAVE_PRIVATE_DOMAIN", "core");
     let (list, run) = plugins_list(&env);
-    assert_healthy(&env, &run, entry(&env, &list, &run, "fixture"), 6);
+    assert_healthy(&env, &run, entry(&env, &list, &run, "fixture"), 8);
     let message = assert_refused(&env, &run, entry(&env, &list, &run, "misbehaving"), "misbehaving", "plugin_manifest_invalid");
     env.check(message.contains("declared domain `core`"), &run, &format!("the refusal must name the domain: {message:?}"));
     echo_ok(&env, "still here");
