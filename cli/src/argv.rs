@@ -42,8 +42,10 @@ pub enum Invocation {
     /// so anything after the subcommand is ignored.
     RuntimeDaemon,
     PluginsList,
-    PluginsBundle { out: PathBuf },
+    PluginsBundle(aab_host::plugins::BundleOptions),
     PluginsVerify { dir: PathBuf },
+    PluginsInstall { bundle: PathBuf },
+    PluginsRemove { name: String },
     /// `aab demo [--browser PATH]`: the Web demo in headless Chromium.
     Demo { browser: Option<PathBuf> },
     /// `aab demo --help`.
@@ -411,38 +413,63 @@ fn parse_demo(args: &[String]) -> Result<Invocation, Rejection> {
 
 fn parse_plugins(args: &[String]) -> Result<Invocation, Rejection> {
     let reject = |error: CommandError| Rejection::new(Some("plugins"), error);
+    // `plugins <operation> <one positional>`, e.g. `verify DIR`, `install DIR`, `remove NAME`.
+    let positional = |field: &str| match args.get(2) {
+        Some(value) if !value.starts_with("--") => match args.len() {
+            3 => Ok(value.clone()),
+            _ => Err(unexpected("plugins", args, 3)),
+        },
+        Some(_) => Err(unexpected("plugins", args, 2)),
+        None => Err(reject(CommandError::missing(field))),
+    };
     match args.get(1).map(String::as_str) {
         None => Err(reject(
-            CommandError::new("missing_argument", "`aab plugins` needs `list`, `bundle --out DIR` or `verify DIR`").with_field(argv_field(1)),
+            CommandError::new("missing_argument", "`aab plugins` needs `list`, `bundle --out DIR`, `verify DIR`, `install DIR` or `remove NAME`").with_field(argv_field(1)),
         )),
         Some("list") => match args.len() {
             2 => Ok(Invocation::PluginsList),
             _ => Err(unexpected("plugins", args, 2)),
         },
-        Some("bundle") => match args.get(2).map(String::as_str) {
-            Some("--out") => match args.get(3) {
-                Some(dir) if !dir.starts_with("--") => match args.len() {
-                    4 => Ok(Invocation::PluginsBundle { out: PathBuf::from(dir) }),
-                    _ => Err(unexpected("plugins", args, 4)),
-                },
-                _ => Err(reject(CommandError::new("missing_argument", "`--out` needs a directory").with_field("out"))),
-            },
-            None => Err(reject(CommandError::missing("out"))),
-            Some(_) => Err(unexpected("plugins", args, 2)),
-        },
-        Some("verify") => match args.get(2) {
-            Some(dir) if !dir.starts_with("--") => match args.len() {
-                3 => Ok(Invocation::PluginsVerify { dir: PathBuf::from(dir) }),
-                _ => Err(unexpected("plugins", args, 3)),
-            },
-            Some(_) => Err(unexpected("plugins", args, 2)),
-            None => Err(reject(CommandError::missing("dir"))),
-        },
+        Some("bundle") => parse_bundle(args),
+        Some("verify") => positional("dir").map(|dir| Invocation::PluginsVerify { dir: PathBuf::from(dir) }),
+        Some("install") => positional("bundle").map(|dir| Invocation::PluginsInstall { bundle: PathBuf::from(dir) }),
+        Some("remove") => positional("name").map(|name| Invocation::PluginsRemove { name }),
         Some(other) => Err(reject(CommandError::invalid(
             argv_field(1),
-            format!("unknown `plugins` operation `{other}`; expected list, bundle or verify"),
+            format!("unknown `plugins` operation `{other}`; expected list, bundle, verify, install or remove"),
         ))),
     }
+}
+
+/// `plugins bundle --out DIR [--from DIR] [--id ID] [--version V]`, flags in any order, each once.
+fn parse_bundle(args: &[String]) -> Result<Invocation, Rejection> {
+    let reject = |error: CommandError| Rejection::new(Some("plugins"), error);
+    let mut options = aab_host::plugins::BundleOptions::default();
+    let (mut out, mut from, mut id, mut version) = (None, None, None, None);
+    let mut i = 2;
+    while i < args.len() {
+        let slot = match args[i].as_str() {
+            "--out" => &mut out,
+            "--from" => &mut from,
+            "--id" => &mut id,
+            "--version" => &mut version,
+            _ => return Err(unexpected("plugins", args, i)),
+        };
+        let field = &args[i][2..];
+        if slot.is_some() {
+            return Err(reject(CommandError::invalid(field, format!("`--{field}` is given more than once"))));
+        }
+        match args.get(i + 1) {
+            Some(value) if !value.starts_with("--") && !value.is_empty() => *slot = Some(value.clone()),
+            _ => return Err(reject(CommandError::new("missing_argument", format!("`--{field}` needs a value")).with_field(field))),
+        }
+        i += 2;
+    }
+    options.out = PathBuf::from(out.ok_or_else(|| reject(CommandError::missing("out")))?);
+    options.from = from.map(PathBuf::from);
+    options.id = id;
+    options.version = version;
+    Ok(Invocation::PluginsBundle(options))
 }
 
 fn unexpected(command: &str, args: &[String], index: usize) -> Rejection {
@@ -739,8 +766,13 @@ mod tests {
         assert_eq!(rejected("mcp extra").error.field.as_deref(), Some("argv[1]"));
         assert_eq!(parse_line("runtime-daemon"), Ok(Invocation::RuntimeDaemon));
         assert_eq!(parse_line("plugins list"), Ok(Invocation::PluginsList));
-        assert_eq!(parse_line("plugins bundle --out dist/x"), Ok(Invocation::PluginsBundle { out: "dist/x".into() }));
+        let bundle = |out: &str| aab_host::plugins::BundleOptions { out: out.into(), ..Default::default() };
+        assert_eq!(parse_line("plugins bundle --out dist/x"), Ok(Invocation::PluginsBundle(bundle("dist/x"))));
+        let full = aab_host::plugins::BundleOptions { from: Some("target/release".into()), id: Some("acme".into()), version: Some("1.2.0".into()), ..bundle("d") };
+        assert_eq!(parse_line("plugins bundle --from target/release --id acme --out d --version 1.2.0"), Ok(Invocation::PluginsBundle(full)));
         assert_eq!(parse_line("plugins verify dist/x"), Ok(Invocation::PluginsVerify { dir: "dist/x".into() }));
+        assert_eq!(parse_line("plugins install dist/x"), Ok(Invocation::PluginsInstall { bundle: "dist/x".into() }));
+        assert_eq!(parse_line("plugins remove acme"), Ok(Invocation::PluginsRemove { name: "acme".into() }));
     }
 
     #[test]
@@ -755,6 +787,11 @@ mod tests {
         assert_eq!(rejected("plugins bundle --out d more").error.field.as_deref(), Some("argv[4]"));
         assert_eq!(rejected("plugins verify").error.field.as_deref(), Some("dir"));
         assert_eq!(rejected("plugins verify a b").error.code, "unexpected_argument");
+        assert_eq!(rejected("plugins install").error.field.as_deref(), Some("bundle"));
+        assert_eq!(rejected("plugins remove").error.field.as_deref(), Some("name"));
+        assert_eq!(rejected("plugins remove a b").error.field.as_deref(), Some("argv[3]"));
+        assert_eq!(rejected("plugins bundle --out a --out b").error.field.as_deref(), Some("out"));
+        assert_eq!(rejected("plugins bundle --id x").error.field.as_deref(), Some("out"));
     }
 
     // -- flag syntax -------------------------------------------------------

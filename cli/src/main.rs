@@ -51,8 +51,10 @@ fn try_main(args: &[std::ffi::OsString]) -> Result<i32, Rejection> {
         Invocation::Demo { browser } => Ok(demo::run(browser.as_deref())),
         Invocation::DemoUsage => Ok(print_text(demo::USAGE)),
         Invocation::PluginsList => Ok(emit_reply(aab_host::plugins::list_report())),
-        Invocation::PluginsBundle { out } => Ok(emit_reply(aab_host::plugins::bundle_report(&out))),
+        Invocation::PluginsBundle(options) => Ok(emit_reply(aab_host::plugins::bundle_report(&options))),
         Invocation::PluginsVerify { dir } => Ok(emit_reply(aab_host::plugins::verify_report(&dir))),
+        Invocation::PluginsInstall { bundle } => Ok(emit_reply(aab_host::plugins::install_report(&bundle))),
+        Invocation::PluginsRemove { name } => Ok(emit_reply(aab_host::plugins::remove_report(&name))),
         Invocation::CommandHelp { command, query } => {
             let client = client(Some(&command))?;
             let payload = client.capabilities(&query);

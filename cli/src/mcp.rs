@@ -104,7 +104,8 @@ struct Adapter {
 
 impl Adapter {
     fn new(client: Result<Client, CommandError>) -> Adapter {
-        Adapter { client: client.map(Arc::new), tools: tools(), in_flight: Arc::default() }
+        let tools = tools(client.as_ref().ok().map(Client::registry));
+        Adapter { client: client.map(Arc::new), tools, in_flight: Arc::default() }
     }
 
     async fn call(&self, name: &str, arguments: Value) -> CallToolResult {
@@ -191,9 +192,15 @@ impl ServerHandler for Adapter {
     }
 }
 
-fn tools() -> Vec<Tool> {
+/// The two tools; `capabilities`' `domain` enum includes the loaded plugins'
+/// private domains when the registry is known.
+fn tools(registry: Option<&aab_host::registry::Registry>) -> Vec<Tool> {
+    let capabilities_schema = match registry {
+        Some(registry) => discovery::capabilities_input_schema_with(registry),
+        None => discovery::capabilities_input_schema(),
+    };
     vec![
-        Tool::new(CAPABILITIES, CAPABILITIES_DESCRIPTION, schema_object(discovery::capabilities_input_schema())),
+        Tool::new(CAPABILITIES, CAPABILITIES_DESCRIPTION, schema_object(capabilities_schema)),
         Tool::new(RUN, RUN_DESCRIPTION, schema_object(request::public_request_schema())),
     ]
 }
@@ -322,14 +329,14 @@ mod tests {
     /// every session. Measured as the JSON-RPC response line on the wire.
     #[test]
     fn tools_list_fits_in_4_kib() {
-        let result = ListToolsResult::with_all_items(tools());
+        let result = ListToolsResult::with_all_items(tools(None));
         let line = serde_json::json!({ "jsonrpc": "2.0", "id": 1, "result": result }).to_string();
         assert!(line.len() <= 4096, "tools/list is {} bytes", line.len());
     }
 
     #[test]
     fn exactly_two_tools() {
-        let names: Vec<_> = tools().into_iter().map(|t| t.name.to_string()).collect();
+        let names: Vec<_> = tools(None).into_iter().map(|t| t.name.to_string()).collect();
         assert_eq!(names, ["capabilities", "run"]);
     }
 

@@ -71,6 +71,12 @@ pub fn specs(engines: &EngineCatalog) -> Vec<CommandSpec> {
 /// what the loaded plugins declare ([`EngineCatalog`]).
 pub const ENGINE_COMMANDS: [&str; 2] = [INTENT, SCRIPT];
 
+/// The specs of the built-ins that do not depend on the catalog (a registry that
+/// checks a plugin before the catalog is loaded, e.g. `aab plugins install`).
+pub fn host_specs() -> Vec<CommandSpec> {
+    host_builtins().into_iter().map(|b| b.spec).collect()
+}
+
 /// The engine built-ins for `engines`. Engines register their command only once
 /// they can execute it.
 pub fn engine_builtins(engines: &EngineCatalog) -> Vec<Builtin> {

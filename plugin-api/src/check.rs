@@ -5,7 +5,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::protocol::{CommandSpec, Manifest};
+use crate::protocol::{CommandSpec, DomainSpec, Manifest};
 
 /// The command domains, in presentation order, with what each groups.
 pub const DOMAINS: [(&str, &str); 11] = [
@@ -44,14 +44,21 @@ impl std::fmt::Display for ManifestProblem {
 }
 
 impl Manifest {
-    /// The host's structural rules: command naming, reserved names, the domain list,
-    /// timeouts, a closed object `inputSchema` without external references, and each
-    /// command declared once. (Schema compilation is checked by the host loader and
-    /// `TestPlugin`.)
+    /// The host's structural rules: command naming, reserved names, the domain list
+    /// (built-in or declared by this manifest), timeouts, a closed object
+    /// `inputSchema` without external references, and each command declared once.
+    /// (Schema compilation is checked by the host loader and `TestPlugin`.)
+    ///
+    /// Declared domains ([`Manifest::domains`]): named like commands, not a built-in
+    /// domain, with a non-empty description, each declared once, and each used by
+    /// at least one of this manifest's commands — an empty private heading would only
+    /// be noise in `capabilities`, and an unused declaration is usually a typo in a
+    /// command's `domain`.
     pub fn check(&self) -> Result<(), ManifestProblem> {
+        check_domains(&self.domains, &self.commands).map_err(|reason| ManifestProblem { command: None, reason })?;
         let mut seen = std::collections::BTreeSet::new();
         for spec in &self.commands {
-            check_spec(spec).map_err(|reason| ManifestProblem { command: Some(spec.command.clone()), reason })?;
+            check_spec_with(spec, &self.domains).map_err(|reason| ManifestProblem { command: Some(spec.command.clone()), reason })?;
             if !seen.insert(spec.command.as_str()) {
                 return Err(ManifestProblem { command: Some(spec.command.clone()), reason: "the manifest declares it more than once".into() });
             }
@@ -60,23 +67,58 @@ impl Manifest {
     }
 }
 
+/// Whether `name` is one of the built-in [`DOMAINS`].
+pub fn is_builtin_domain(name: &str) -> bool {
+    DOMAINS.iter().any(|(d, _)| *d == name)
+}
+
+/// The rules for a manifest's own domains (see [`Manifest::check`]).
+pub fn check_domains(domains: &[DomainSpec], commands: &[CommandSpec]) -> Result<(), String> {
+    let mut seen = std::collections::BTreeSet::new();
+    for domain in domains {
+        let name = domain.name.as_str();
+        if !is_valid_command_name(name) {
+            return Err(format!("declared domain `{name}` is invalid: the name must match `^[a-z][a-z0-9]*(-[a-z0-9]+)*$` (lower-case kebab-case)"));
+        }
+        if is_builtin_domain(name) {
+            return Err(format!("declared domain `{name}` is invalid: it is a built-in domain; file commands under it without declaring it"));
+        }
+        if domain.description.trim().is_empty() {
+            return Err(format!("declared domain `{name}` is invalid: it needs a non-empty description"));
+        }
+        if !seen.insert(name) {
+            return Err(format!("declared domain `{name}` is invalid: the manifest declares it more than once"));
+        }
+        if !commands.iter().any(|c| c.domain == name) {
+            return Err(format!("declared domain `{name}` is invalid: no command of this manifest is filed under it"));
+        }
+    }
+    Ok(())
+}
+
 /// `^[a-z][a-z0-9]*(-[a-z0-9]+)*$`: the names CLI flags and MCP arguments can carry.
 pub fn is_valid_command_name(name: &str) -> bool {
     name.starts_with(|c: char| c.is_ascii_lowercase())
         && name.split('-').all(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()))
 }
 
-/// Structural checks of one spec (everything except compiling its schema).
+/// Structural checks of one spec (everything except compiling its schema) whose
+/// domain must be built-in (the host's own commands).
 pub fn check_spec(spec: &CommandSpec) -> Result<(), String> {
+    check_spec_with(spec, &[])
+}
+
+/// [`check_spec`] where the domain may also be one of `declared` (a plugin's own).
+pub fn check_spec_with(spec: &CommandSpec, declared: &[DomainSpec]) -> Result<(), String> {
     if !is_valid_command_name(&spec.command) {
         return Err("the name must match `^[a-z][a-z0-9]*(-[a-z0-9]+)*$` (lower-case kebab-case)".into());
     }
     if RESERVED_COMMANDS.contains(&spec.command.as_str()) {
         return Err(format!("`{}` is reserved for the host's adapters", spec.command));
     }
-    if !DOMAINS.iter().any(|(d, _)| *d == spec.domain) {
-        let domains: Vec<&str> = DOMAINS.iter().map(|(d, _)| *d).collect();
-        return Err(format!("domain `{}` is not one of {}", spec.domain, domains.join(", ")));
+    if !is_builtin_domain(&spec.domain) && !declared.iter().any(|d| d.name == spec.domain) {
+        let domains: Vec<&str> = DOMAINS.iter().map(|(d, _)| *d).chain(declared.iter().map(|d| d.name.as_str())).collect();
+        return Err(format!("domain `{}` is not one of {} (a plugin may declare its own in the manifest's `domains`)", spec.domain, domains.join(", ")));
     }
     if spec.default_timeout_ms < 1 || spec.default_timeout_ms > spec.max_timeout_ms {
         return Err(format!("defaultTimeoutMs {} must be between 1 and maxTimeoutMs {}", spec.default_timeout_ms, spec.max_timeout_ms));
@@ -195,5 +237,45 @@ mod tests {
         assert!(e.reason.contains("kebab-case"), "{e}");
         let e = Manifest::new("fixture", "1.0.0").commands([CommandSpec::query("echo").domain("core").input_schema(json!({"type": "object"}))]).check().unwrap_err();
         assert!(e.reason.contains("additionalProperties"), "{e}");
+    }
+
+    fn private(domains: Vec<DomainSpec>, command_domains: &[&str]) -> Result<(), ManifestProblem> {
+        let commands = command_domains.iter().enumerate().map(|(i, d)| CommandSpec::query(format!("acme-{i}")).platform("acme").domain(*d));
+        Manifest::new("acme", "1.0.0").domains(domains).commands(commands).check()
+    }
+
+    #[test]
+    fn private_domains_are_accepted_when_declared_and_used() {
+        let acme = DomainSpec::new("acme-lab", "Acme's lab devices");
+        assert_eq!(private(vec![acme.clone()], &["acme-lab", "core"]), Ok(()));
+        // Undeclared: refused, and the message points at `domains`.
+        let e = private(vec![], &["acme-lab"]).unwrap_err();
+        assert_eq!(e.command.as_deref(), Some("acme-0"));
+        assert!(e.reason.contains("domain `acme-lab` is not one of") && e.reason.contains("`domains`"), "{e}");
+        // Round trip: `domains` is in the JSON only when declared.
+        let m = Manifest::new("acme", "1.0.0").domains([acme.clone()]);
+        let v = serde_json::to_value(&m).unwrap();
+        assert_eq!(v["domains"], json!([{"name": "acme-lab", "description": "Acme's lab devices"}]));
+        assert_eq!(serde_json::from_value::<Manifest>(v).unwrap(), m);
+        assert!(serde_json::to_value(Manifest::new("acme", "1.0.0")).unwrap().get("domains").is_none());
+    }
+
+    #[test]
+    fn private_domain_rules() {
+        let cases: Vec<(Vec<DomainSpec>, &[&str], &str)> = vec![
+            (vec![DomainSpec::new("Acme", "x")], &["Acme"], "kebab-case"),
+            (vec![DomainSpec::new("acme_lab", "x")], &["acme_lab"], "kebab-case"),
+            (vec![DomainSpec::new("core", "mine")], &["core"], "built-in domain"),
+            (vec![DomainSpec::new("acme", "  ")], &["acme"], "non-empty description"),
+            (vec![DomainSpec::new("acme", "a"), DomainSpec::new("acme", "b")], &["acme"], "more than once"),
+            (vec![DomainSpec::new("acme", "a"), DomainSpec::new("unused", "b")], &["acme"], "no command"),
+        ];
+        for (domains, used, needle) in cases {
+            let e = private(domains.clone(), used).unwrap_err();
+            assert_eq!(e.command, None, "{domains:?}");
+            assert!(e.reason.contains(needle), "{domains:?}: {e}");
+        }
+        // A domain declared by one manifest is not available to the host's own specs.
+        assert!(check_spec(&CommandSpec::query("x").domain("acme")).is_err());
     }
 }

@@ -125,29 +125,91 @@ pub struct FactPage {
     pub expired: bool,
 }
 
-/// The host's FactStore as seen by one plugin: records under `stream`/`key`.
+/// The host's FactStore as seen by one plugin: records under `stream`/`key`. From a
+/// call ([`Context::facts`]) or between calls ([`crate::HostHandle::facts`]).
 pub struct Facts<'c, 'a> {
-    ctx: &'c Context<'a>,
+    via: Via<'c, 'a>,
+}
+
+/// Where a [`Facts`] sends its host calls.
+enum Via<'c, 'a> {
+    Call(&'c Context<'a>),
+    Detached(&'c crate::sdk::HostHandle),
 }
 
 impl<'c, 'a> Facts<'c, 'a> {
     pub(crate) fn new(ctx: &'c Context<'a>) -> Self {
-        Facts { ctx }
+        Facts { via: Via::Call(ctx) }
+    }
+
+    pub(crate) fn detached(handle: &'c crate::sdk::HostHandle) -> Self {
+        Facts { via: Via::Detached(handle) }
+    }
+
+    fn call(&self, method: &str, params: &Value) -> Result<Value, ProviderError> {
+        match self.via {
+            Via::Call(ctx) => ctx.host_call(method, params),
+            Via::Detached(handle) => handle.host_call(method, params),
+        }
     }
 
     /// Append one JSON object record; the receipt names its sequence.
     pub fn append(&self, stream: &str, key: &str, record: &Value, durability: Durability) -> Result<FactReceipt, ProviderError> {
-        let reply = self.ctx.host_call("facts.append", &json!({"stream": stream, "key": key, "record": record, "durability": durability}))?;
+        let reply = self.call("facts.append", &json!({"stream": stream, "key": key, "record": record, "durability": durability}))?;
         typed(reply)
     }
 
     /// Read up to `limit` (1..=1000) records after sequence `after`.
     pub fn read(&self, stream: &str, key: &str, after: u64, limit: usize) -> Result<FactPage, ProviderError> {
-        let reply = self.ctx.host_call("facts.read", &json!({"stream": stream, "key": key, "afterSequence": after, "limit": limit}))?;
+        let reply = self.call("facts.read", &json!({"stream": stream, "key": key, "afterSequence": after, "limit": limit}))?;
         typed(reply)
     }
 }
 
 fn typed<T: serde::de::DeserializeOwned>(reply: Value) -> Result<T, ProviderError> {
     serde_json::from_value(reply).map_err(|e| ProviderError::new(crate::codes::HOST_PROTOCOL_ERROR, format!("unexpected host reply: {e}")))
+}
+
+#[cfg(all(test, feature = "loader"))]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::loader::{CallState, host_callbacks};
+
+    #[test]
+    fn facts_work_from_a_call_and_from_a_detached_handle() {
+        let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
+        let log = seen.clone();
+        let host = host_callbacks(CallState {
+            deadline: Instant::now() + Duration::from_secs(10),
+            cancelled: Arc::new(AtomicBool::new(false)),
+            dispatched: Arc::new(AtomicBool::new(false)),
+            logger: Box::new(|_, _| {}),
+            service: Box::new(move |method, params| {
+                let params: Value = serde_json::from_str(params).unwrap();
+                log.lock().unwrap().push(json!({"method": method, "params": params}));
+                let n = log.lock().unwrap().len();
+                match method {
+                    "facts.append" => Ok(json!({"sequence": n, "receiptId": format!("r{n}"), "committedAtMs": 7}).to_string()),
+                    "facts.read" => Ok(json!({"records": [{"sequence": 1, "key": "k", "record": {"a": 1}, "committedAtMs": 7}], "nextSequence": 1, "hasMore": false, "gap": {"from": 0, "to": 0}, "expired": false}).to_string()),
+                    _ => Err(json!({"error": crate::codes::UNSUPPORTED_HOST_SERVICE, "message": method}).to_string()),
+                }
+            }),
+        });
+        let ctx = Context::new(&host);
+        let receipt = ctx.facts().append("s", "k", &json!({"a": 1}), Durability::Sync).unwrap();
+        assert_eq!((receipt.sequence, receipt.receipt_id.as_str()), (1, "r1"));
+        let handle = ctx.detach();
+        let receipt = handle.facts().append("s", "k", &json!({"a": 2}), Durability::Memory).unwrap();
+        assert_eq!(receipt.sequence, 2);
+        let page = handle.facts().read("s", "k", 0, 10).unwrap();
+        assert_eq!((page.records.len(), page.gap.clone()), (1, Some(FactGap { from: 0, to: 0 })));
+        let sent = seen.lock().unwrap().clone();
+        assert_eq!(sent[0]["params"], json!({"stream": "s", "key": "k", "record": {"a": 1}, "durability": "sync"}));
+        assert_eq!(sent[1]["params"]["durability"], json!("memory"));
+        assert_eq!(sent[2], json!({"method": "facts.read", "params": {"stream": "s", "key": "k", "afterSequence": 0, "limit": 10}}));
+    }
 }

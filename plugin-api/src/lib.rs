@@ -10,6 +10,8 @@
 //!   invocation, outcome). Schema ids are `aab.plugin-*`.
 //! * [`sdk`] — the safe side for plugin authors: the [`sdk::Provider`] trait, the
 //!   [`export_provider!`] macro, panic containment and the per-plugin tokio runtime.
+//! * `validate` (feature `validate`) — the host's argument validator (same codes and
+//!   dotted fields), used by the host's registry and by `test_support`.
 //! * `loader` (feature `loader`) — the host's loader: version-symbol preflight with
 //!   libloading, then abi_stable's layout check. `test_support` runs a provider
 //!   through that same loader.
@@ -25,11 +27,13 @@ pub mod sdk;
 pub mod loader;
 #[cfg(feature = "test-support")]
 pub mod test_support;
+#[cfg(feature = "validate")]
+pub mod validate;
 
 #[doc(hidden)]
 pub use abi_stable;
 #[doc(hidden)]
 pub use serde_json;
 
-pub use protocol::{CommandSpec, Invocation, Manifest, Outcome, ProviderError, Reply};
+pub use protocol::{CommandSpec, DomainSpec, Invocation, Manifest, Outcome, ProviderError, Reply};
 pub use sdk::{Command, Commands, Context, HostHandle, Provider};

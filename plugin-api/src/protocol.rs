@@ -43,10 +43,34 @@ pub struct Manifest {
     /// the host's Intent engine never branches on a platform or provider name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub intent_providers: Vec<IntentProvider>,
+    /// Domains this plugin declares for its own commands, in addition to the
+    /// built-in [`crate::check::DOMAINS`] (a private provider's commands get their
+    /// own heading in `capabilities` instead of another platform's). Rules in
+    /// [`Manifest::check`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub domains: Vec<DomainSpec>,
     /// Execution targets this plugin serves (`script.target`), as data: the host
     /// builds the Script target schema from them and names no platform itself.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub targets: Vec<ExecutionTarget>,
+}
+
+/// A domain declared by a plugin: a heading in `capabilities` and `--help` that
+/// groups its commands, listed after the built-in domains.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct DomainSpec {
+    /// Lower-case kebab-case, like a command name; not a built-in domain.
+    pub name: String,
+    /// What the domain groups (one line, shown in `capabilities`' `commandDomains`).
+    pub description: String,
+}
+
+impl DomainSpec {
+    pub fn new(name: impl Into<String>, description: impl Into<String>) -> Self {
+        DomainSpec { name: name.into(), description: description.into() }
+    }
 }
 
 /// One execution target of a platform (docs/PLUGIN_AUTHORING.md, "Execution
@@ -207,6 +231,7 @@ impl Manifest {
             features: Vec::new(),
             commands: Vec::new(),
             intent_providers: Vec::new(),
+            domains: Vec::new(),
             targets: Vec::new(),
         }
     }
@@ -226,6 +251,12 @@ impl Manifest {
     /// Add commands.
     pub fn commands(mut self, commands: impl IntoIterator<Item = CommandSpec>) -> Self {
         self.commands.extend(commands);
+        self
+    }
+
+    /// Declare private domains (see [`DomainSpec`]).
+    pub fn domains(mut self, domains: impl IntoIterator<Item = DomainSpec>) -> Self {
+        self.domains.extend(domains);
         self
     }
 

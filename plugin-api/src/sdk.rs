@@ -263,6 +263,11 @@ impl HostHandle {
     pub fn host_call(&self, method: &str, params: &Value) -> Result<Value, ProviderError> {
         host_call(&self.host, method, params)
     }
+
+    /// The host's FactStore between calls (typed `facts.append` / `facts.read`).
+    pub fn facts(&self) -> crate::host::Facts<'_, 'static> {
+        crate::host::Facts::detached(self)
+    }
 }
 
 fn host_call(host: &HostCallbacksRef, method: &str, params: &Value) -> Result<Value, ProviderError> {

@@ -1,7 +1,10 @@
 //! Run a provider under the real host loader in a plugin crate's own tests, with
 //! the host's rules: [`TestPlugin::load`] refuses a manifest [`Manifest::check`]
-//! refuses (the host loader calls the same function), and calls get in-memory host
-//! services — `host.info` (with a private temporary data dir), `facts.append` /
+//! refuses (the host loader calls the same function) or whose `inputSchema` does not
+//! compile; [`TestPlugin::invoke`] refuses an unknown command and validates the
+//! arguments with the host's own validator ([`crate::validate`]: same codes, dotted
+//! `field`s and messages, `dispatched:false`) before the plugin sees them; and calls
+//! get in-memory host services — `host.info` (with a private temporary data dir), `facts.append` /
 //! `facts.read`, `host.time`, `host.echo` — so a provider's tests exercise the same
 //! service paths as in the runtime.
 //!
@@ -21,12 +24,16 @@ use serde_json::{Value, json};
 
 use crate::loader::{self, CallState, LoadError, LoadedModule};
 use crate::protocol::{Invocation, Manifest, Outcome};
+use crate::validate;
 
 /// A plugin loaded through the host's loader, invoked with an in-memory host.
 pub struct TestPlugin {
     module: LoadedModule,
     pub manifest: Manifest,
     host: Arc<MemoryHost>,
+    /// Per command: the schema the host validates against (with its execution
+    /// options) and its compiled validator.
+    schemas: BTreeMap<String, (Value, jsonschema::Validator)>,
 }
 
 /// The in-memory host services of one [`TestPlugin`].
@@ -87,8 +94,26 @@ impl TestPlugin {
         let module = loader::load(path)?;
         let manifest = module.manifest()?;
         manifest.check().map_err(|p| LoadError { code: crate::codes::PLUGIN_MANIFEST_INVALID, message: p.to_string() })?;
+        let mut schemas = BTreeMap::new();
+        for spec in &manifest.commands {
+            let schema = validate::input_schema_with_host_options(spec);
+            let validator = validate::compile(&schema).map_err(|reason| LoadError {
+                code: crate::codes::PLUGIN_MANIFEST_INVALID,
+                message: format!("command `{}` is invalid: its inputSchema does not compile: {reason}", spec.command),
+            })?;
+            schemas.insert(spec.command.clone(), (schema, validator));
+        }
         let host = Arc::new(MemoryHost::new(&manifest.name));
-        Ok(TestPlugin { module, manifest, host })
+        Ok(TestPlugin { module, manifest, host, schemas })
+    }
+
+    /// What the host answers before dispatch: `unknown_command` for a command the
+    /// manifest does not list, else the argument validation of [`crate::validate`].
+    pub fn validate(&self, command: &str, arguments: &Value) -> Result<(), validate::ArgumentError> {
+        let Some((schema, validator)) = self.schemas.get(command) else {
+            return Err(validate::ArgumentError::new(crate::codes::UNKNOWN_COMMAND, format!("unknown command `{command}`")).with_field("command"));
+        };
+        validate::validate_arguments(command, validator, schema, arguments)
     }
 
     /// The in-memory host (facts written, log lines received).
@@ -97,12 +122,22 @@ impl TestPlugin {
     }
 
     /// Invoke a command with a 10 s deadline; the outcome says whether the plugin
-    /// marked dispatch.
+    /// marked dispatch. Arguments the host would refuse never reach the plugin: the
+    /// outcome is then the host's refusal ([`TestPlugin::validate`]).
     pub fn invoke(&self, command: &str, arguments: Value) -> Outcome {
         self.invoke_with(command, arguments, Duration::from_secs(10), Arc::new(AtomicBool::new(false)))
     }
 
     pub fn invoke_with(&self, command: &str, arguments: Value, timeout: Duration, cancelled: Arc<AtomicBool>) -> Outcome {
+        if let Err(refused) = self.validate(command, &arguments) {
+            return Outcome::from_result(Err(refused.into_provider_error()));
+        }
+        self.invoke_unvalidated(command, arguments, timeout, cancelled)
+    }
+
+    /// Invoke without the host's validation: for testing what the plugin itself does
+    /// with arguments no host would send (its typed arguments' own refusals).
+    pub fn invoke_unvalidated(&self, command: &str, arguments: Value, timeout: Duration, cancelled: Arc<AtomicBool>) -> Outcome {
         let dispatched = Arc::new(AtomicBool::new(false));
         let host = self.callbacks(timeout, cancelled, dispatched.clone());
         let cwd = std::env::current_dir().map(|p| p.display().to_string()).unwrap_or_else(|_| "/".into());

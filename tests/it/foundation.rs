@@ -198,6 +198,52 @@ fn plugin_requiring_another_plugin_api_is_refused_and_others_keep_working() {
 }
 
 #[test]
+fn private_domain_is_listed_after_the_builtin_ones() {
+    let env = TestEnv::new();
+    env.install_fixtures();
+    env.set_env("AAB_MISBEHAVE_PRIVATE_DOMAIN", "chaos");
+    let (list, run) = plugins_list(&env);
+    assert_healthy(&env, &run, entry(&env, &list, &run, "misbehaving"), 1);
+    let run = env.aab(&["--help"]);
+    let help = run.stdout.clone();
+    let (diagnostics, chaos) = (help.find("\ndiagnostics — "), help.find("\nchaos — Misbehaviour on purpose"));
+    env.check(diagnostics.is_some() && chaos.is_some() && diagnostics < chaos, &run, "`--help` lists the private domain after the built-in ones");
+
+    let mut mcp = env.mcp();
+    let (all, _) = mcp.call_tool("capabilities", json!({}));
+    let domains: Vec<&str> = all["domains"].as_object().map(|d| d.keys().map(String::as_str).collect()).unwrap_or_default();
+    let described: Vec<&str> = all["commandDomains"].as_object().map(|d| d.keys().map(String::as_str).collect()).unwrap_or_default();
+    if domains.last() != Some(&"chaos") || described.last() != Some(&"chaos") || !all["commandDomains"]["chaos"].as_str().is_some_and(|d| d.starts_with("Misbehaviour")) {
+        mcp.fail(&format!("capabilities must list the private domain `chaos` last, with its description: {all}"));
+    }
+    let (one, is_error) = mcp.call_tool("capabilities", json!({"domain": "chaos"}));
+    if is_error || one["domains"]["chaos"][0]["command"] != json!("misbehave") {
+        mcp.fail(&format!("capabilities {{domain: chaos}} must list `misbehave`: {one}"));
+    }
+    let (detail, _) = mcp.call_tool("capabilities", json!({"command": "misbehave"}));
+    if detail["domain"] != json!("chaos") {
+        mcp.fail(&format!("misbehave's domain must be chaos: {detail}"));
+    }
+    let tools = mcp.request("tools/list", json!({}));
+    let enumerated = tools.pointer("/result/tools/0/inputSchema/properties/domain/enum").and_then(Value::as_array).cloned().unwrap_or_default();
+    if enumerated.last() != Some(&json!("chaos")) {
+        mcp.fail(&format!("the capabilities tool's domain enum must include the private domain: {tools}"));
+    }
+}
+
+#[test]
+fn plugin_declaring_a_builtin_domain_is_refused_and_others_keep_working() {
+    let env = TestEnv::new();
+    env.install_fixtures();
+    env.set_env("AAB_MISBEHAVE_PRIVATE_DOMAIN", "core");
+    let (list, run) = plugins_list(&env);
+    assert_healthy(&env, &run, entry(&env, &list, &run, "fixture"), 6);
+    let message = assert_refused(&env, &run, entry(&env, &list, &run, "misbehaving"), "misbehaving", "plugin_manifest_invalid");
+    env.check(message.contains("declared domain `core`"), &run, &format!("the refusal must name the domain: {message:?}"));
+    echo_ok(&env, "still here");
+}
+
+#[test]
 fn bundle_verify_and_hash_mismatch() {
     let env = TestEnv::new();
     env.install_fixtures();

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 /// see each other's variables.
 static MISBEHAVE_ENV: Mutex<()> = Mutex::new(());
 
-const MISBEHAVE_VARS: [&str; 3] = ["AAB_MISBEHAVE_CLAIM", "AAB_MISBEHAVE_MANIFEST_PANIC", "AAB_MISBEHAVE_PLUGIN_API"];
+const MISBEHAVE_VARS: [&str; 5] = ["AAB_MISBEHAVE_CLAIM", "AAB_MISBEHAVE_MANIFEST_PANIC", "AAB_MISBEHAVE_PLUGIN_API", "AAB_MISBEHAVE_PRIVATE_DOMAIN", "AAB_MISBEHAVE_BAD_SCHEMA"];
 
 fn env_lock() -> MutexGuard<'static, ()> {
     MISBEHAVE_ENV.lock().unwrap_or_else(|e| e.into_inner())
@@ -336,6 +336,18 @@ fn claim_mode_advertises_the_claimed_command() {
 }
 
 #[test]
+fn private_domain_mode_loads_and_a_builtin_name_is_refused() {
+    let (result, _copy) = load_misbehaving(&[("AAB_MISBEHAVE_PRIVATE_DOMAIN", "chaos")]);
+    let plugin = result.unwrap_or_else(|e| panic!("a declared private domain must load: {e}"));
+    assert_eq!(plugin.manifest.domains.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["chaos"]);
+    assert_eq!(plugin.manifest.commands[0].domain, "chaos");
+    let (result, _copy) = load_misbehaving(&[("AAB_MISBEHAVE_PRIVATE_DOMAIN", "core")]);
+    let e = refused(result, Path::new("misbehaving copy with AAB_MISBEHAVE_PRIVATE_DOMAIN=core"));
+    assert_eq!(e.code, "plugin_manifest_invalid", "{e}");
+    assert!(e.message.contains("declared domain `core`") && e.message.contains("built-in"), "{e}");
+}
+
+#[test]
 fn test_plugin_offers_in_memory_host_services() {
     let plugin = load("aab_fixture_fixture");
     let info = expect_ok(&plugin.invoke("fixture-host", json!({"method": "host.info"})), "host.info")["result"].clone();
@@ -369,13 +381,39 @@ fn test_plugin_refuses_what_the_host_refuses() {
 }
 
 #[test]
+fn test_plugin_refuses_a_schema_the_host_cannot_compile() {
+    let (result, _copy) = load_misbehaving(&[("AAB_MISBEHAVE_BAD_SCHEMA", "1")]);
+    let e = refused(result, Path::new("misbehaving copy with AAB_MISBEHAVE_BAD_SCHEMA=1"));
+    assert_eq!(e.code, "plugin_manifest_invalid", "{e}");
+    assert!(e.message.contains("command `misbehave` is invalid: its inputSchema does not compile"), "{e}");
+}
+
+#[test]
+fn test_plugin_validates_arguments_before_the_plugin_sees_them() {
+    let plugin = load("aab_fixture_fixture");
+    // `fixture-sleep` would sleep (and mark dispatch) if it were called.
+    let outcome = plugin.invoke("fixture-sleep", json!({"durationMs": -1, "dispatchFirst": true}));
+    let e = expect_err(&outcome, "invalid_argument", "negative duration");
+    assert_eq!((e.field.as_deref(), e.dispatched), (Some("durationMs"), Some(false)), "{e:?}");
+    assert!(!outcome.dispatch_marked, "the plugin never ran");
+    assert_eq!(plugin.validate("fixture-sleep", &json!({"durationMs": 1})), Ok(()));
+    let e = plugin.validate("fixture-nope", &json!({})).unwrap_err();
+    assert_eq!((e.code.as_str(), e.field.as_deref()), ("unknown_command", Some("command")));
+}
+
+#[test]
 fn typed_arguments_refuse_unknown_fields_and_host_options_are_invocation_fields() {
     let plugin = load("aab_fixture_fixture");
     // What an older host sent: the execution options inside `arguments`.
     let v = expect_ok(&plugin.invoke("fixture-echo", json!({"message": "hi", "requestId": "r-1", "feedback": "off", "timeoutMs": 1234})), "echo");
     assert_eq!((v["requestId"].clone(), v["feedback"].clone(), v["echo"].clone()), (json!("r-1"), json!("off"), json!("hi")), "{v}");
-    // An argument the type does not know (the host's schema would have refused it).
+    // An argument the type does not know: the host's schema refuses it first (as
+    // TestPlugin does) ...
     let outcome = plugin.invoke("fixture-echo", json!({"message": "hi", "colour": "red"}));
+    let e = expect_err(&outcome, "unsupported_argument", "unknown field, validated");
+    assert_eq!((e.field.as_deref(), e.dispatched), (Some("colour"), Some(false)), "{e:?}");
+    // ... and the typed arguments refuse it too when a host would not have.
+    let outcome = plugin.invoke_unvalidated("fixture-echo", json!({"message": "hi", "colour": "red"}), Duration::from_secs(10), no_cancel());
     let e = expect_err(&outcome, aab_plugin_api::codes::PLUGIN_ARGUMENTS_MISMATCH, "unknown field");
     assert!(e.message.contains("colour") && e.dispatched == Some(false), "{e:?}");
 }

@@ -1,11 +1,14 @@
 //! Plugin bundles: a directory of plugin files plus `aab-bundle.json`
 //! (`aab.plugin-bundle/v1`), the sha256 of every file. A runtime whose plugin
-//! directory carries this manifest only loads files whose bytes match it.
+//! directory carries this manifest only loads files whose bytes match it. The
+//! bundle also names itself (`id`, `version`), the platform it was built for, and
+//! per plugin the plugin-API range and ABI major it was checked with; fields added
+//! by newer writers (e.g. an entry's `isolation`) are kept on rewrite.
 
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::{Catalog, LoadMode, scan};
 use crate::client::PublicReply;
@@ -20,8 +23,18 @@ pub const BUNDLE_SCHEMA: &str = "aab.plugin-bundle/v1";
 #[serde(rename_all = "camelCase")]
 pub struct BundleManifest {
     pub schema: String,
+    /// Bundle identity shown by `aab plugins list` for what was installed from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
     pub host_version: String,
+    /// `<os>-<arch>` of the host that built and checked it (e.g. `linux-x86_64`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<String>,
     pub plugins: Vec<BundleEntry>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -32,6 +45,29 @@ pub struct BundleEntry {
     pub version: String,
     pub sha256: String,
     pub size: u64,
+    /// The plugin's `pluginApi` semver range, as checked when bundled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin_api: Option<String>,
+    /// The plugin ABI major it was loaded with when bundled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abi_major: Option<u32>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// `<os>-<arch>` of this host, the platform a bundle built here is for.
+pub fn platform() -> String {
+    format!("{}-{}", std::env::consts::OS, std::env::consts::ARCH)
+}
+
+/// What `aab plugins bundle` packs and how it names the bundle.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BundleOptions {
+    pub out: std::path::PathBuf,
+    /// Plugin directory to bundle (default: the configured one), e.g. `target/release`.
+    pub from: Option<std::path::PathBuf>,
+    pub id: Option<String>,
+    pub version: Option<String>,
 }
 
 /// Largest bundle manifest read (it lists file names and hashes).
@@ -73,17 +109,24 @@ pub fn check_trust(bundle: Option<&Result<BundleManifest, CommandError>>, file_n
     }
 }
 
-/// `aab plugins bundle --out DIR`: copy every loadable plugin into a new directory
-/// and write its sha256 manifest.
-pub fn bundle_report(out: &Path) -> PublicReply {
-    match bundle(out) {
+/// `aab plugins bundle --out DIR [--from DIR] [--id ID] [--version V]`: copy every
+/// loadable plugin into a new directory and write its sha256 manifest.
+pub fn bundle_report(options: &BundleOptions) -> PublicReply {
+    match bundle(options) {
         Ok(v) => crate::reply::local_value("plugins", v),
         Err(e) => crate::reply::rejection(Some("plugins"), &e),
     }
 }
 
-fn bundle(out: &Path) -> Result<Value, CommandError> {
-    let config = Config::from_env()?;
+fn bundle(options: &BundleOptions) -> Result<Value, CommandError> {
+    let out = options.out.as_path();
+    let mut config = Config::from_env()?;
+    if let Some(from) = &options.from {
+        if !from.is_dir() {
+            return Err(CommandError::new("invalid_argument", format!("{} is not a directory", from.display())).with_field("from"));
+        }
+        config.plugin_dir = from.clone();
+    }
     if out.exists() {
         return Err(CommandError::new("invalid_argument", format!("{} already exists; a bundle is written to a new directory", out.display())).with_field("out"));
     }
@@ -108,14 +151,33 @@ fn bundle(out: &Path) -> Result<Value, CommandError> {
         if &copied != sha {
             return Err(CommandError::new("plugin_hash_mismatch", format!("{} changed while it was bundled", report.file.display())));
         }
-        entries.push(BundleEntry { file: file_name, name: manifest.name.clone(), version: manifest.version.clone(), sha256: copied, size: report.size.unwrap_or(0) });
+        entries.push(BundleEntry {
+            file: file_name,
+            name: manifest.name.clone(),
+            version: manifest.version.clone(),
+            sha256: copied,
+            size: report.size.unwrap_or(0),
+            plugin_api: Some(manifest.plugin_api.clone()),
+            abi_major: Some(aab_plugin_api::abi::ABI_MAJOR),
+            extra: Map::new(),
+        });
     }
-    let manifest = BundleManifest { schema: BUNDLE_SCHEMA.into(), host_version: crate::HOST_VERSION.into(), plugins: entries };
+    let manifest = BundleManifest {
+        schema: BUNDLE_SCHEMA.into(),
+        id: Some(options.id.clone().unwrap_or_else(|| "aab-plugins".into())),
+        version: Some(options.version.clone().unwrap_or_else(|| crate::HOST_VERSION.into())),
+        host_version: crate::HOST_VERSION.into(),
+        platform: Some(platform()),
+        plugins: entries,
+        extra: Map::new(),
+    };
     let bytes = serde_json::to_vec_pretty(&manifest).expect("bundle manifest serialises");
     std::fs::write(out.join(BUNDLE_MANIFEST), &bytes).map_err(|e| CommandError::new("bundle_write_failed", e.to_string()))?;
     Ok(json!({
         "ok": true, "command": "plugins", "operation": "bundle",
         "bundleDir": out.display().to_string(),
+        "pluginDir": config.plugin_dir.display().to_string(),
+        "id": manifest.id, "version": manifest.version, "platform": manifest.platform,
         "manifest": BUNDLE_MANIFEST,
         "manifestSha256": crate::digest::sha256_hex(&bytes),
         "plugins": manifest.plugins,
@@ -131,7 +193,7 @@ pub fn verify_report(dir: &Path) -> PublicReply {
     }
 }
 
-fn verify(dir: &Path) -> Result<Value, CommandError> {
+pub(super) fn verify(dir: &Path) -> Result<Value, CommandError> {
     let manifest = match read_bundle_bytes(dir)? {
         None => return Err(CommandError::new("plugin_bundle_invalid", format!("{} has no {BUNDLE_MANIFEST}", dir.display())).with_field("dir")),
         Some(bytes) => parse_bundle_manifest(dir, &bytes)?,
@@ -162,4 +224,23 @@ fn verify(dir: &Path) -> Result<Value, CommandError> {
             .with_details(json!({"plugins": results})));
     }
     Ok(json!({"ok": true, "command": "plugins", "operation": "verify", "bundleDir": dir.display().to_string(), "plugins": results}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifests_of_older_and_newer_writers_round_trip() {
+        // A manifest from before bundle identity and per-plugin checks parses...
+        let old = br#"{"schema":"aab.plugin-bundle/v1","hostVersion":"0.1.0","plugins":[{"file":"libaab_plugin_web.so","name":"web","version":"0.1.0","sha256":"ab","size":1}]}"#;
+        let m = parse_bundle_manifest(Path::new("/b"), old).unwrap();
+        assert_eq!((m.id.as_deref(), m.plugins[0].plugin_api.as_deref()), (None, None));
+        // ...and fields this host does not know (an entry's `isolation`) survive a rewrite.
+        let newer = br#"{"schema":"aab.plugin-bundle/v1","id":"x","hostVersion":"0.1.0","future":1,"plugins":[{"file":"f","name":"n","version":"1","sha256":"ab","size":1,"isolation":"process"}]}"#;
+        let m = parse_bundle_manifest(Path::new("/b"), newer).unwrap();
+        let again = serde_json::to_value(&m).unwrap();
+        assert_eq!((again["future"].clone(), again["plugins"][0]["isolation"].clone(), again["id"].clone()), (json!(1), json!("process"), json!("x")));
+        assert!(parse_bundle_manifest(Path::new("/b"), br#"{"schema":"other/v1","hostVersion":"0","plugins":[]}"#).is_err());
+    }
 }

@@ -10,6 +10,7 @@
 //! gets one clear error naming its file; the others keep working.
 
 pub mod bundle;
+pub mod install;
 pub mod isolation;
 
 use std::collections::BTreeMap;
@@ -27,7 +28,8 @@ use crate::error::CommandError;
 use crate::engines::catalog::{self, EngineCatalog};
 use crate::registry::Registry;
 
-pub use bundle::{BUNDLE_MANIFEST, bundle_report, verify_report};
+pub use bundle::{BUNDLE_MANIFEST, BundleOptions, bundle_report, verify_report};
+pub use install::{install_report, remove_report};
 pub use isolation::{Isolation, IsolationPolicy, PluginHandle};
 
 /// File name prefix/suffix of plugin libraries.
@@ -51,7 +53,7 @@ pub fn scan(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 /// `plugin_dir_unavailable`: the plugin directory cannot be listed, so no plugin
 /// command can be found. Host built-ins keep working; a command that is not
 /// registered reports this instead of `unknown_command` (it may well be a plugin's).
-fn plugin_dir_unavailable(dir: &Path, error: &std::io::Error) -> CommandError {
+pub(crate) fn plugin_dir_unavailable(dir: &Path, error: &std::io::Error) -> CommandError {
     const VARIABLE: &str = "AI_APP_BRIDGE_PLUGIN_DIR";
     let from = if std::env::var_os(VARIABLE).is_some_and(|v| !v.is_empty()) { VARIABLE } else { "the aab executable's directory" };
     CommandError::new(
@@ -313,7 +315,7 @@ fn load_manifest(file: &Path, sha: &str, config: &Config) -> Result<(Manifest, L
 }
 
 /// ABI preflight, abi_stable layout check and manifest checks of `copy` (errors name `file`).
-fn load_checked(file: &Path, copy: &Path) -> Result<(Manifest, LoadedModule), CommandError> {
+pub(crate) fn load_checked(file: &Path, copy: &Path) -> Result<(Manifest, LoadedModule), CommandError> {
     let module = loader::load(copy).map_err(|e| refusal(e.code, file, e.message))?;
     let manifest = module.manifest().map_err(|e| refusal(e.code, file, e.message))?;
     Ok((manifest, module))
@@ -358,12 +360,19 @@ pub fn list_report() -> PublicReply {
     };
     let mut cache = DigestCache::open(config.runtime_home.join("digest-cache.json"));
     let catalog = Catalog::build(&config, &mut cache, LoadMode::Load);
+    let installs = install::read_installs(&config.plugin_dir);
+    let dir_bundle = match bundle::read_bundle_bytes(&config.plugin_dir) {
+        Ok(Some(bytes)) => bundle::parse_bundle_manifest(&config.plugin_dir, &bytes).ok(),
+        _ => None,
+    };
     let plugins: Vec<Value> = catalog
         .reports
         .iter()
         .map(|r| {
             let mut v = r.to_json(&catalog.registry);
             v["isolation"] = json!(catalog.isolation.mode_of(&r.file).as_str());
+            // Where the file came from: a bundle (id, version) or a loose file.
+            v["source"] = install::source_of(&installs, dir_bundle.as_ref(), &r.file, r.sha256.as_deref());
             v
         })
         .collect();

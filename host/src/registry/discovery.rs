@@ -72,7 +72,7 @@ fn answer(registry: &Registry, query: &Value) -> Result<Answer, CommandError> {
     let text = |key: &str| query.get(key).and_then(Value::as_str);
 
     if let Some(domain) = text("domain")
-        && !DOMAINS.iter().any(|(d, _)| *d == domain)
+        && !registry.domains().iter().any(|(d, _)| *d == domain)
     {
         return Err(unknown_domain(registry, domain));
     }
@@ -149,11 +149,11 @@ fn narrow_field(payload: &mut Value, narrowing: &super::FieldNarrowing, filters:
 }
 
 fn unknown_domain(registry: &Registry, domain: &str) -> CommandError {
-    let domains: Vec<&str> = DOMAINS.iter().map(|(d, _)| *d).collect();
+    let domains: Vec<&str> = registry.domains().into_iter().map(|(d, _)| d).collect();
     let mut message = format!("unknown domain `{domain}`; domains are {}", domains.join(", "));
     // A loaded platform's name is a common mistake: say where its commands are.
     if registry.platforms().contains(domain) {
-        let mut spread: Vec<&str> = DOMAINS.iter().map(|(d, _)| *d).filter(|d| registry.iter().any(|c| c.spec.platform == domain && c.spec.domain == *d)).collect();
+        let mut spread: Vec<&str> = domains.iter().copied().filter(|d| registry.iter().any(|c| c.spec.platform == domain && c.spec.domain == *d)).collect();
         spread.dedup();
         let _ = write!(message, ". Note: {domain} is a platform, not a domain");
         if !spread.is_empty() {
@@ -167,7 +167,8 @@ fn unknown_domain(registry: &Registry, domain: &str) -> CommandError {
 fn directory(registry: &Registry, only: Option<&str>, include_options: bool) -> Answer {
     let mut domains = Map::new();
     let mut largest: Option<(usize, &str)> = None;
-    for (domain, _) in DOMAINS.iter().filter(|(d, _)| only.is_none_or(|o| o == *d)) {
+    let all_domains = registry.domains();
+    for (domain, _) in all_domains.iter().filter(|(d, _)| only.is_none_or(|o| o == *d)) {
         let entries: Vec<Value> = registry
             .iter()
             .filter(|c| c.spec.domain == *domain)
@@ -191,7 +192,7 @@ fn directory(registry: &Registry, only: Option<&str>, include_options: bool) -> 
             domains.insert(domain.to_string(), Value::Array(entries));
         }
     }
-    let command_domains: Map<String, Value> = DOMAINS.iter().map(|(d, text)| (d.to_string(), json!(text))).collect();
+    let command_domains: Map<String, Value> = all_domains.iter().map(|(d, text)| (d.to_string(), json!(text))).collect();
     let payload = json!({
         "ok": true,
         "surface": "compact",
@@ -306,9 +307,9 @@ pub fn help_text(registry: &Registry) -> String {
     out.push_str("  aab <command> [--kebab-case-flag value ...] --extract null   run a command (flags are its arguments)\n");
     out.push_str("  aab --help COMMAND                                          show a command's JSON input schema\n");
     out.push_str("  aab mcp                                                     serve the MCP tools `capabilities` and `run` on stdio\n");
-    out.push_str("  aab plugins list|bundle|verify                              manage provider plugins\n");
+    out.push_str("  aab plugins list|bundle|verify|install|remove               manage provider plugins\n");
     let width = registry.iter().map(|c| c.spec.command.len()).max().unwrap_or(0);
-    for (domain, description) in DOMAINS {
+    for (domain, description) in registry.domains() {
         let commands: Vec<&RegisteredCommand> = registry.iter().filter(|c| c.spec.domain == domain).collect();
         if commands.is_empty() {
             continue;
@@ -324,9 +325,15 @@ pub fn help_text(registry: &Registry) -> String {
     out
 }
 
-/// Input schema of the MCP `capabilities` tool.
+/// Input schema of the MCP `capabilities` tool, for the built-in domains.
 pub fn capabilities_input_schema() -> Value {
-    let domains: Vec<&str> = DOMAINS.iter().map(|(d, _)| *d).collect();
+    capabilities_input_schema_with(&Registry::default())
+}
+
+/// Input schema of the MCP `capabilities` tool: `domain` lists the registry's
+/// domains (built-in, then the loaded plugins' private ones).
+pub fn capabilities_input_schema_with(registry: &Registry) -> Value {
+    let domains: Vec<&str> = registry.domains().into_iter().map(|(d, _)| d).collect();
     let mut schema = query_schema().clone();
     schema["properties"]["domain"]["enum"] = json!(domains);
     schema
@@ -440,6 +447,32 @@ mod tests {
     }
 
     #[test]
+    fn private_domains_are_listed_after_the_builtin_ones() {
+        let mut registry = registry();
+        let mut acme = aab_plugin_api::Manifest::new("acme", "1.0.0");
+        acme.platforms = vec!["acme".into()];
+        acme.domains = vec![aab_plugin_api::DomainSpec::new("acme-lab", "Acme lab devices")];
+        acme.commands = vec![spec("acme-ping", "acme-lab", "acme", object_schema(json!({}), &[]))];
+        registry.add_plugin("acme", Path::new("/p/libacme.so"), &acme).unwrap();
+        let v = capabilities(&registry, &json!({}));
+        let domains: Vec<&String> = v["domains"].as_object().unwrap().keys().collect();
+        assert_eq!(domains, ["execution", "core", "action", "web", "acme-lab"], "private domains after the canonical order");
+        assert_eq!(v["commandDomains"]["acme-lab"], json!("Acme lab devices"));
+        assert_eq!(v["commandDomains"].as_object().unwrap().keys().last().map(String::as_str), Some("acme-lab"));
+        let v = capabilities(&registry, &json!({"domain": "acme-lab"}));
+        assert_eq!(v["domains"], json!({"acme-lab": [{"command": "acme-ping", "summary": "acme-ping summary"}]}));
+        assert_eq!(capabilities(&registry, &json!({"command": "acme-ping"}))["domain"], json!("acme-lab"));
+        let v = capabilities(&registry, &json!({"domain": "acme"}));
+        assert_eq!(v["error"], json!("unknown_domain"));
+        assert_eq!(v["details"]["allowed"].as_array().unwrap().last(), Some(&json!("acme-lab")));
+        let text = help_text(&registry);
+        assert!(text.contains("\nacme-lab — Acme lab devices\n  acme-ping"), "{text}");
+        assert!(text.find("\nweb — ").unwrap() < text.find("\nacme-lab — ").unwrap());
+        let schema = capabilities_input_schema_with(&registry);
+        assert_eq!(schema["properties"]["domain"]["enum"].as_array().unwrap().last(), Some(&json!("acme-lab")));
+    }
+
+    #[test]
     fn include_options_expands_entries() {
         let v = capabilities(&registry(), &json!({"includeOptions": true}));
         let tap = &v["domains"]["action"][0];
@@ -532,7 +565,7 @@ mod tests {
     #[test]
     fn help_text_lists_commands_by_domain() {
         let text = help_text(&registry());
-        for needle in ["aab --help COMMAND", "aab mcp", "aab plugins list|bundle|verify", "--kebab-case-flag", "\naction — ", "  tap ", "tap summary"] {
+        for needle in ["aab --help COMMAND", "aab mcp", "aab plugins list|bundle|verify|install|remove", "--kebab-case-flag", "\naction — ", "  tap ", "tap summary"] {
             assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
         }
         assert!(text.find("\nexecution — ").unwrap() < text.find("\ncore — ").unwrap());

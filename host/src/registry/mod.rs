@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 
 use aab_plugin_api::{CommandSpec, Manifest};
 use jsonschema::Validator;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::error::CommandError;
 
@@ -72,16 +72,10 @@ impl RegisteredCommand {
         })
     }
 
-    /// Validate already-parsed arguments (object check, depth, schema).
+    /// Validate already-parsed arguments (object check, depth, schema) with the
+    /// validator shared with `TestPlugin`.
     pub fn validate_arguments(&self, arguments: &Value) -> Result<(), CommandError> {
-        if !arguments.is_object() {
-            return Err(CommandError::invalid(
-                "arguments",
-                format!("`arguments` must be a JSON object of `{}` arguments, got {}", self.spec.command, validate::preview(arguments)),
-            ));
-        }
-        validate::check_depth(arguments, validate::MAX_ARGUMENT_DEPTH, "arguments")?;
-        validate::validate_instance(self.validator()?, &self.input_schema, arguments, "arguments")
+        validate::validate_arguments(&self.spec.command, self.validator()?, &self.input_schema, arguments)
     }
 
     /// The `operation` values that select variants of this command, if any.
@@ -95,6 +89,9 @@ pub struct Registry {
     commands: BTreeMap<String, RegisteredCommand>,
     /// Platforms declared by loaded plugin manifests.
     platforms: BTreeSet<String>,
+    /// Private domains declared by loaded plugin manifests: name → (description,
+    /// declaring plugin). Listed after the built-in [`DOMAINS`], by name.
+    private_domains: BTreeMap<String, (String, String)>,
     /// Built-in names registered only after the plugins ([`Registry::reserve`]):
     /// a plugin declaring one is refused as if the built-in were already there.
     reserved: BTreeSet<String>,
@@ -180,7 +177,19 @@ impl Registry {
     pub fn add_plugin_checked(&mut self, name: &str, file: &Path, manifest: &Manifest, schemas_known_good: bool) -> Result<usize, CommandError> {
         let origin = CommandOrigin::Plugin { name: name.to_string(), file: file.to_path_buf() };
         // The same rules a provider's own tests apply (`TestPlugin`).
-        manifest.check().map_err(|p| manifest_invalid(file, p.command.as_deref().unwrap_or_default(), p.reason))?;
+        manifest.check().map_err(|p| match p.command {
+            Some(command) => manifest_invalid(file, &command, p.reason),
+            None => manifest_refused(file, p.reason),
+        })?;
+        // Two plugins may share a private domain only if they describe it alike:
+        // one heading cannot carry two descriptions.
+        for domain in &manifest.domains {
+            if let Some((description, owner)) = self.private_domains.get(&domain.name)
+                && *description != domain.description
+            {
+                return Err(manifest_refused(file, format!("declared domain `{}` is already declared by plugin `{owner}` with another description", domain.name)));
+            }
+        }
         let mut staged: Vec<RegisteredCommand> = Vec::with_capacity(manifest.commands.len());
         for spec in &manifest.commands {
             if let Some(owner) = self.commands.get(&spec.command) {
@@ -205,6 +214,9 @@ impl Registry {
             self.commands.insert(command.spec.command.clone(), command);
         }
         self.platforms.extend(manifest.platforms.iter().cloned());
+        for domain in &manifest.domains {
+            self.private_domains.entry(domain.name.clone()).or_insert_with(|| (domain.description.clone(), name.to_string()));
+        }
         Ok(count)
     }
 
@@ -242,6 +254,12 @@ impl Registry {
         platforms.extend(self.commands.values().map(|c| c.spec.platform.clone()));
         platforms.retain(|p| p != "host" && p != "multi");
         platforms
+    }
+
+    /// Every domain with its description, in presentation order: the built-in
+    /// [`DOMAINS`], then the private domains of loaded plugins by name.
+    pub fn domains(&self) -> Vec<(&str, &str)> {
+        DOMAINS.iter().copied().chain(self.private_domains.iter().map(|(name, (description, _))| (name.as_str(), description.as_str()))).collect()
     }
 
     /// Compile every validator now; the first failure is returned. Lets tests (and a
@@ -320,6 +338,12 @@ fn manifest_invalid(file: &Path, command: &str, reason: String) -> CommandError 
         .with_details(json!({"file": file.display().to_string(), "command": command, "reason": reason}))
 }
 
+/// A manifest refused as a whole (not one command's fault).
+fn manifest_refused(file: &Path, reason: String) -> CommandError {
+    CommandError::new("plugin_manifest_invalid", format!("plugin `{}` was not loaded: {reason}", file.display()))
+        .with_details(json!({"file": file.display().to_string(), "reason": reason}))
+}
+
 fn conflict(file: &Path, command: &str, owner: &CommandOrigin) -> CommandError {
     let owned_by = match owner {
         CommandOrigin::Host => "the host".to_string(),
@@ -332,34 +356,10 @@ fn conflict(file: &Path, command: &str, owner: &CommandOrigin) -> CommandError {
     .with_details(json!({"file": file.display().to_string(), "command": command, "owner": owner.provider()}))
 }
 
-/// The spec's schema plus `requestId`, `feedback` and `timeoutMs`, unless the schema
-/// defines them itself (a command may narrow them, e.g. a shorter `timeoutMs`).
+/// The spec's schema plus `requestId`, `feedback` and `timeoutMs` (plugin-api owns
+/// it, so `TestPlugin` validates against the very schema the host does).
 fn with_execution_options(spec: &CommandSpec) -> Value {
-    let mut schema = spec.input_schema.clone();
-    let Value::Object(root) = &mut schema else { return schema };
-    let properties = root.entry("properties").or_insert_with(|| Value::Object(Map::new()));
-    let Value::Object(properties) = properties else { return schema };
-    let options = [
-        (
-            "requestId",
-            json!({"type": "string", "minLength": 1, "maxLength": 256,
-                   "description": "Idempotency key: a repeated request with the same requestId and arguments returns the first outcome instead of acting again"}),
-        ),
-        (
-            "feedback",
-            json!({"type": "string", "enum": ["auto", "off", "full"],
-                   "description": "Execution feedback attached to object results as `_feedback` (default auto; off returns the provider result unchanged)"}),
-        ),
-        (
-            "timeoutMs",
-            json!({"type": "integer", "minimum": 1, "maximum": spec.max_timeout_ms, "default": spec.default_timeout_ms,
-                   "description": format!("Deadline for the whole command in milliseconds (default {}, at most {})", spec.default_timeout_ms, spec.max_timeout_ms)}),
-        ),
-    ];
-    for (name, option) in options {
-        properties.entry(name).or_insert(option);
-    }
-    schema
+    aab_plugin_api::validate::input_schema_with_host_options(spec)
 }
 
 #[cfg(test)]
@@ -452,6 +452,46 @@ pub(crate) mod tests {
         let mut registry = Registry::new(Vec::new());
         let e = registry.add_plugin("p", Path::new("/p/libp.so"), &manifest("p", vec![simple("tap"), simple("tap")])).unwrap_err();
         assert_eq!(e.code, "plugin_manifest_invalid");
+    }
+
+    #[test]
+    fn private_domains_follow_the_builtin_ones() {
+        let acme = |description: &str| {
+            let mut m = manifest("acme", vec![spec("acme-ping", "acme-lab", "acme", object_schema(json!({}), &[]))]);
+            m.domains = vec![aab_plugin_api::DomainSpec::new("acme-lab", description)];
+            m
+        };
+        let mut registry = Registry::new(vec![simple("status")]);
+        registry.add_plugin("acme", Path::new("/p/libacme.so"), &acme("Acme lab devices")).unwrap();
+        let domains = registry.domains();
+        assert_eq!(domains.len(), DOMAINS.len() + 1);
+        assert_eq!(domains[..DOMAINS.len()], DOMAINS[..]);
+        assert_eq!(domains.last(), Some(&("acme-lab", "Acme lab devices")));
+        assert_eq!(registry.get("acme-ping").unwrap().spec.domain, "acme-lab");
+
+        // Undeclared → refused as a whole with the command named.
+        let mut undeclared = acme("x");
+        undeclared.domains.clear();
+        let e = Registry::new(Vec::new()).add_plugin("acme", Path::new("/p/libacme.so"), &undeclared).unwrap_err();
+        assert_eq!((e.code.as_str(), e.details.as_ref().unwrap()["command"].as_str()), ("plugin_manifest_invalid", Some("acme-ping")));
+        // A domain-level problem names no command.
+        let mut builtin = acme("x");
+        builtin.domains = vec![aab_plugin_api::DomainSpec::new("core", "mine")];
+        let e = Registry::new(Vec::new()).add_plugin("acme", Path::new("/p/libacme.so"), &builtin).unwrap_err();
+        assert_eq!(e.code, "plugin_manifest_invalid");
+        assert!(e.message.contains("declared domain `core`") && !e.message.contains("command ``"), "{}", e.message);
+        assert!(e.details.unwrap().get("command").is_none());
+
+        // A second plugin may share the domain only with the same description.
+        let mut same = acme("Acme lab devices");
+        same.commands[0].command = "acme-pong".into();
+        registry.add_plugin("acme2", Path::new("/p/libacme2.so"), &same).unwrap();
+        let mut other = acme("Something else");
+        other.commands[0].command = "acme-other".into();
+        let e = registry.add_plugin("acme3", Path::new("/p/libacme3.so"), &other).unwrap_err();
+        assert!(e.message.contains("already declared by plugin `acme`"), "{}", e.message);
+        assert!(registry.get("acme-other").is_none());
+        assert_eq!(registry.domains().len(), DOMAINS.len() + 1);
     }
 
     #[test]

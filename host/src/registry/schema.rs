@@ -7,21 +7,10 @@
 use serde_json::{Map, Value};
 
 // The subschema walk and the external-`$ref` rule moved to plugin-api
-// (`Manifest::check`), so the host and provider tests refuse the same schemas.
-
-/// Follow internal `$ref`s (`#/...`) from `schema`; a bounded number of hops keeps a
-/// cyclic reference from looping. Anything unresolvable yields the schema as given.
-pub(crate) fn resolve<'a>(root: &'a Value, mut schema: &'a Value) -> &'a Value {
-    for _ in 0..16 {
-        let Some(Value::String(target)) = schema.get("$ref") else { break };
-        let Some(pointer) = target.strip_prefix('#') else { break };
-        match root.pointer(pointer) {
-            Some(next) => schema = next,
-            None => break,
-        }
-    }
-    schema
-}
+// (`Manifest::check`), and `$ref` resolution and tagged-union recognition moved with
+// the argument validator (`aab_plugin_api::validate`), so the host and provider
+// tests refuse the same schemas and name the same variants.
+pub(crate) use aab_plugin_api::validate::{TaggedUnion, json_type, pinned_values, resolve, tagged_union};
 
 /// One operation of a command tagged on `operation`: its own fields (beyond the
 /// command's common ones) and which of them it requires.
@@ -91,96 +80,6 @@ pub fn tagged_operation_list(operation_description: &str, ops: &[OperationSpec],
         ops.iter().zip(&own).map(|((operation, description, _, required), own)| OperationFields { operation, description, own, required }).collect();
     let common_names: Vec<&str> = common.iter().map(|(k, _)| *k).collect();
     tagged_operations(Value::Object(all), &common_names, &[], &fields)
-}
-
-/// The JSON type name of a value, as JSON Schema spells it.
-pub(crate) fn json_type(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(n) if n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0) => "integer",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
-
-/// Whether `schema`'s own `type` keyword admits `value` (absent `type` admits all).
-/// Used to discard union branches that cannot apply before explaining a failure.
-pub(crate) fn admits_type(schema: &Value, value: &Value) -> bool {
-    let actual = json_type(value);
-    let admits = |t: &str| t == actual || (t == "number" && actual == "integer");
-    match schema {
-        Value::Bool(b) => *b,
-        Value::Object(map) => match map.get("type") {
-            Some(Value::String(t)) => admits(t),
-            Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).any(admits),
-            _ => true,
-        },
-        _ => true,
-    }
-}
-
-/// The values a property schema pins with `const` or a non-empty `enum`.
-fn pinned_values(property: &Value) -> Option<Vec<Value>> {
-    if let Some(c) = property.get("const") {
-        return Some(vec![c.clone()]);
-    }
-    match property.get("enum") {
-        Some(Value::Array(values)) if !values.is_empty() => Some(values.clone()),
-        _ => None,
-    }
-}
-
-/// A union whose branches are told apart by one property's value.
-#[derive(Debug)]
-pub(crate) struct TaggedUnion {
-    pub property: String,
-    /// `(index into the union's array, values selecting that branch)`.
-    pub branches: Vec<(usize, Vec<Value>)>,
-}
-
-impl TaggedUnion {
-    /// Every accepted tag value, in branch order.
-    pub fn allowed(&self) -> Vec<Value> {
-        self.branches.iter().flat_map(|(_, values)| values.iter().cloned()).collect()
-    }
-
-    /// The union index of the branch selected by `value`.
-    pub fn branch_for(&self, value: &Value) -> Option<usize> {
-        self.branches.iter().find(|(_, values)| values.contains(value)).map(|(i, _)| *i)
-    }
-}
-
-/// Recognise a tagged union among `candidates` (indices into `branches`): every
-/// candidate pins the same property to disjoint values. `preferred` is tried first
-/// (discovery asks specifically for `operation`); otherwise the first qualifying
-/// property of the first branch wins, which keeps the choice deterministic.
-pub(crate) fn tagged_union(root: &Value, branches: &[Value], candidates: &[usize], preferred: Option<&str>) -> Option<TaggedUnion> {
-    let first = resolve(root, branches.get(*candidates.first()?)?);
-    let names: Vec<&String> = first.get("properties")?.as_object()?.keys().collect();
-    let ordered = preferred
-        .filter(|p| names.iter().any(|n| n == p))
-        .map(str::to_string)
-        .into_iter()
-        .chain(names.iter().map(|n| n.to_string()));
-    'property: for property in ordered {
-        let mut tagged = TaggedUnion { property: property.clone(), branches: Vec::new() };
-        let mut seen: Vec<Value> = Vec::new();
-        for &i in candidates {
-            let branch = resolve(root, &branches[i]);
-            let Some(prop) = branch.get("properties").and_then(|p| p.get(&property)) else { continue 'property };
-            let Some(values) = pinned_values(resolve(root, prop)) else { continue 'property };
-            if values.iter().any(|v| seen.contains(v)) {
-                continue 'property;
-            }
-            seen.extend(values.iter().cloned());
-            tagged.branches.push((i, values));
-        }
-        return Some(tagged);
-    }
-    None
 }
 
 /// Outcome of narrowing a schema to one `operation`.

@@ -411,7 +411,7 @@ mod tests {
                             .filter(|(i, (st, k, _))| i + 1 > after && st == p["stream"].as_str().unwrap() && p.get("key").is_none_or(|want| want == k))
                             .map(|(i, (_, k, r))| json!({"sequence": i + 1, "key": k, "record": r, "committedAtMs": 1}))
                             .collect();
-                        Ok(json!({"records": records, "nextSequence": s.len(), "hasMore": false, "gap": false}).to_string())
+                        Ok(json!({"records": records, "nextSequence": s.len(), "hasMore": false, "gap": null, "expired": false}).to_string())
                     }
                     other => Err(json!({"error": "unsupported_host_service", "message": other}).to_string()),
                 }

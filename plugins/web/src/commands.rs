@@ -69,9 +69,8 @@ pub fn init(shared: &Shared, ctx: &Context<'_>) {
     if lock(&shared.host_info).is_some() {
         return;
     }
-    let info = ctx.host_call("host.info", &json!({})).unwrap_or_else(|e| json!({"error": e.error, "message": e.message}));
-    let data_dir = info.get("dataDir").and_then(Value::as_str).map(std::path::PathBuf::from);
-    let usable = data_dir.filter(|d| {
+    let info = ctx.host();
+    let usable = ctx.data_dir().filter(|d| {
         if std::fs::create_dir_all(d).is_err() {
             return false;
         }
@@ -84,7 +83,7 @@ pub fn init(shared: &Shared, ctx: &Context<'_>) {
     });
     shared.exec.configure(usable.as_deref());
     shared.facts.probe(ctx);
-    *lock(&shared.host_info) = Some(info);
+    *lock(&shared.host_info) = Some(serde_json::to_value(&info).unwrap_or(Value::Null));
 }
 
 /// Work every command does first: one-time setup and committing captures that

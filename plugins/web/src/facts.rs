@@ -1,12 +1,13 @@
-//! The provider's view of the host FactStore (`facts.append` / `facts.read` host
-//! services). When the host does not offer them yet (`unsupported_host_service`)
-//! the provider keeps records in a bounded in-memory store with the same shape and
-//! says so: every receipt, read and coverage names the store it came from, and
+//! The provider's view of the host FactStore (the SDK's typed `facts.append` /
+//! `facts.read`). When the host does not offer them (`host.info` `services`, asked
+//! through `ctx.host().supports`) the provider keeps records in a bounded in-memory
+//! store with the same shape and says so: every receipt, read and coverage names the store it came from, and
 //! memory-backed coverage is reported `unavailable`, never `complete`.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
+use aab_plugin_api::host::Durability;
 use aab_plugin_api::{Context, HostHandle, ProviderError};
 use serde_json::{Value, json};
 
@@ -112,14 +113,15 @@ impl Facts {
         if self.mode() != Mode::Unknown {
             return;
         }
-        let mode = match ctx.host_call("facts.read", &json!({"stream": "web-capture", "limit": 1})) {
-            Ok(_) => Mode::Host,
-            Err(e) if e.error == "unsupported_host_service" => {
-                *lock(&self.reason) = Some(format!("the host answered `{}` to facts.read: {}", e.error, e.message));
-                Mode::Memory
-            }
-            // Another failure (e.g. a transient store error): the service exists.
-            Err(_) => Mode::Host,
+        // A store that exists but fails (e.g. a transient error) is still the host's:
+        // only a host that does not offer the services means memory.
+        let host = ctx.host();
+        let missing: Vec<&str> = ["facts.append", "facts.read"].into_iter().filter(|s| !host.supports(s)).collect();
+        let mode = if missing.is_empty() {
+            Mode::Host
+        } else {
+            *lock(&self.reason) = Some(format!("the host does not offer {} (host.info services)", missing.join(" and ")));
+            Mode::Memory
         };
         if mode == Mode::Host {
             *lock(&self.detached) = Some(ctx.detach());
@@ -127,32 +129,20 @@ impl Facts {
         *lock(&self.mode) = mode;
     }
 
-    fn host_append(&self, ctx: Option<&Context<'_>>, params: &Value) -> Result<Value, AppendError> {
-        if let Some(ctx) = ctx {
-            return ctx.host_call("facts.append", params).map_err(AppendError::Failed);
-        }
-        match lock(&self.detached).as_ref() {
-            Some(handle) => handle.host_call("facts.append", params).map_err(AppendError::Failed),
-            None => Err(AppendError::NeedsContext),
-        }
+    fn host_append(&self, ctx: Option<&Context<'_>>, stream: &str, key: &str, record: &Value) -> Result<Receipt, AppendError> {
+        let receipt = match (ctx, lock(&self.detached).as_ref()) {
+            (Some(ctx), _) => ctx.facts().append(stream, key, record, Durability::Sync),
+            (None, Some(handle)) => handle.facts().append(stream, key, record, Durability::Sync),
+            (None, None) => return Err(AppendError::NeedsContext),
+        };
+        let r = receipt.map_err(AppendError::Failed)?;
+        Ok(Receipt { sequence: r.sequence, receipt_id: r.receipt_id, committed_at_ms: r.committed_at_ms })
     }
 
     /// Append one record. Memory mode needs no context; host mode does.
     pub fn append(&self, ctx: Option<&Context<'_>>, stream: &str, key: &str, record: &Value) -> Result<Receipt, AppendError> {
         match self.mode() {
-            Mode::Host => {
-                let params = json!({"stream": stream, "key": key, "record": record, "durability": "sync"});
-                let reply = self.host_append(ctx, &params)?;
-                let sequence = reply.get("sequence").and_then(Value::as_u64);
-                let Some(sequence) = sequence else {
-                    return Err(AppendError::Failed(ProviderError::new("host_protocol_error", format!("facts.append returned no sequence: {reply}"))));
-                };
-                Ok(Receipt {
-                    sequence,
-                    receipt_id: reply.get("receiptId").and_then(Value::as_str).unwrap_or_default().to_string(),
-                    committed_at_ms: reply.get("committedAtMs").and_then(Value::as_u64).unwrap_or_else(now_ms),
-                })
-            }
+            Mode::Host => self.host_append(ctx, stream, key, record),
             Mode::Unknown if ctx.is_none() => Err(AppendError::NeedsContext),
             Mode::Unknown => {
                 if let Some(ctx) = ctx {
@@ -184,31 +174,13 @@ impl Facts {
     pub fn read(&self, ctx: &Context<'_>, stream: &str, key: &str, after: u64, limit: usize) -> Result<Page, ProviderError> {
         self.probe(ctx);
         if self.mode() == Mode::Host {
-            let params = json!({"stream": stream, "key": key, "afterSequence": after, "limit": limit});
-            let reply = ctx.host_call("facts.read", &params)?;
-            let records = reply
-                .get("records")
-                .and_then(Value::as_array)
-                .map(|list| {
-                    list.iter()
-                        .filter_map(|r| {
-                            Some(Stored {
-                                sequence: r.get("sequence")?.as_u64()?,
-                                key: r.get("key").and_then(Value::as_str).unwrap_or(key).to_string(),
-                                record: r.get("record")?.clone(),
-                                committed_at_ms: r.get("committedAtMs").and_then(Value::as_u64).unwrap_or(0),
-                            })
-                        })
-                        .collect::<Vec<_>>()
-                })
-                .unwrap_or_default();
-            let next_sequence = reply.get("nextSequence").and_then(Value::as_u64).unwrap_or_else(|| records.last().map(|r| r.sequence).unwrap_or(after));
+            let page = ctx.facts().read(stream, key, after, limit)?;
             return Ok(Page {
-                next_sequence,
-                has_more: reply.get("hasMore").and_then(Value::as_bool).unwrap_or(false),
-                // The host reports a gap as `{from, to}` (or null when there is none).
-                gap: reply.get("gap").is_some_and(|g| g.as_bool().unwrap_or(!g.is_null())) || reply.get("expired").and_then(Value::as_bool).unwrap_or(false),
-                records,
+                records: page.records.into_iter().map(|r| Stored { sequence: r.sequence, key: r.key, record: r.record, committed_at_ms: r.committed_at_ms }).collect(),
+                next_sequence: page.next_sequence,
+                has_more: page.has_more,
+                // A gap (`{from, to}`) or expired records: the page is not complete.
+                gap: page.gap.is_some() || page.expired,
             });
         }
         let m = lock(&self.memory);
