@@ -1,10 +1,19 @@
-//! Host built-in commands. They are registered exactly like plugin commands (same
-//! spec shape, same validation); only their execution lives in the host. Only
+//! Host built-in commands, each registered as one (spec, handler) value
+//! ([`Builtin`]). The spec is registered exactly like a plugin command's (same
+//! shape, same validation); the handler is how the pipeline executes it. Only
 //! commands that can execute are listed.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
 
 use aab_plugin_api::CommandSpec;
 use aab_plugin_api::protocol::Mutation;
 use serde_json::{Value, json};
+
+use crate::pipeline::{ExecutionHost, RuntimeControl};
+use crate::reply::ExecOutcome;
 
 use crate::engines::catalog::EngineCatalog;
 use crate::registry::schema::{OperationFields, tagged_operations};
@@ -32,27 +41,53 @@ fn op<'a>(operation: &'a str, description: &'a str, own: &'a [&'a str], required
 /// The built-in command specs. `evidence`, `runtime` and `device-ownership` are
 /// tagged on `operation` with [`tagged_operations`]: each operation accepts only its
 /// own fields, like `intent` and `script`.
+/// What a built-in's handler gets besides the host.
+pub struct BuiltinCall<'a> {
+    pub arguments: &'a Value,
+    /// The caller's working directory (absolute).
+    pub cwd: &'a str,
+    pub deadline: Instant,
+    /// Present only on the public request path (the `runtime` built-in needs it).
+    pub control: Option<&'a dyn RuntimeControl>,
+}
+
+pub type BuiltinFuture<'a> = Pin<Box<dyn Future<Output = ExecOutcome> + Send + 'a>>;
+
+/// How the pipeline executes one built-in.
+pub type Handler = for<'a> fn(&'a Arc<ExecutionHost>, BuiltinCall<'a>) -> BuiltinFuture<'a>;
+
+/// A built-in command: its spec and its handler, registered together.
+pub struct Builtin {
+    pub spec: CommandSpec,
+    pub handler: Handler,
+}
+
+/// The specs of every built-in (tests, discovery without a runtime).
 pub fn specs(engines: &EngineCatalog) -> Vec<CommandSpec> {
-    let mut all = host_specs();
-    all.extend(engine_specs(engines));
-    all
+    host_builtins().into_iter().chain(engine_builtins(engines)).map(|b| b.spec).collect()
 }
 
 /// The engine commands: registered after the plugins, since their schemas name
 /// what the loaded plugins declare ([`EngineCatalog`]).
 pub const ENGINE_COMMANDS: [&str; 2] = [INTENT, SCRIPT];
 
-/// The engine command specs for `engines`. Engines register their command only
-/// once they can execute it.
-pub fn engine_specs(engines: &EngineCatalog) -> Vec<CommandSpec> {
+/// The specs of the built-ins that do not depend on the catalog (a registry that
+/// checks a plugin before the catalog is loaded, e.g. `aab plugins install`).
+pub fn host_specs() -> Vec<CommandSpec> {
+    host_builtins().into_iter().map(|b| b.spec).collect()
+}
+
+/// The engine built-ins for `engines`. Engines register their command only once
+/// they can execute it.
+pub fn engine_builtins(engines: &EngineCatalog) -> Vec<Builtin> {
     let mut all = Vec::new();
-    all.extend(crate::engines::intent::spec(engines));
-    all.extend(crate::engines::script::spec(engines));
+    all.extend(crate::engines::intent::spec(engines).map(|spec| Builtin { spec, handler: ExecutionHost::run_intent }));
+    all.extend(crate::engines::script::spec(engines).map(|spec| Builtin { spec, handler: ExecutionHost::run_script }));
     all
 }
 
 /// The built-ins that do not depend on the catalog.
-pub fn host_specs() -> Vec<CommandSpec> {
+pub fn host_builtins() -> Vec<Builtin> {
     let uuid = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$";
     let mut ownership = spec(
         DEVICE_OWNERSHIP,
@@ -140,30 +175,31 @@ pub fn host_specs() -> Vec<CommandSpec> {
     response.domain = "evidence".into();
     response.role = "evidence".into();
     response.target_kind = "operation".into();
-    vec![
-        evidence,
-        response,
-        spec(
-            RUNTIME,
-            "Start, inspect or stop the shared local runtime, or cancel a queued or running request",
-            Mutation::Conditional,
-            &["start", "stop", "cancel"],
-            tagged_operations(
-                json!({
-                    "operation": {"type": "string", "enum": ["start", "status", "stop", "cancel"], "description": "start: ensure running; status: inspect without starting; stop: drain active work and release ownership; cancel: cancel the requests sent with `cancelRequestId`"},
-                    "cancelRequestId": {"type": "string", "minLength": 1, "maxLength": 256, "description": "the requestId of the request(s) to cancel (cancel)"}
-                }),
-                &[],
-                &[],
-                &[
-                    op("start", "Ensure the runtime is running", &[], &[]),
-                    op("status", "Inspect the runtime without starting it", &[], &[]),
-                    op("stop", "Drain active work and release ownership", &[], &[]),
-                    op("cancel", "Cancel the queued or running requests sent with `cancelRequestId`", &["cancelRequestId"], &["cancelRequestId"]),
-                ],
-            ),
+    let runtime = spec(
+        RUNTIME,
+        "Start, inspect or stop the shared local runtime, or cancel a queued or running request",
+        Mutation::Conditional,
+        &["start", "stop", "cancel"],
+        tagged_operations(
+            json!({
+                "operation": {"type": "string", "enum": ["start", "status", "stop", "cancel"], "description": "start: ensure running; status: inspect without starting; stop: drain active work and release ownership; cancel: cancel the requests sent with `cancelRequestId`"},
+                "cancelRequestId": {"type": "string", "minLength": 1, "maxLength": 256, "description": "the requestId of the request(s) to cancel (cancel)"}
+            }),
+            &[],
+            &[],
+            &[
+                op("start", "Ensure the runtime is running", &[], &[]),
+                op("status", "Inspect the runtime without starting it", &[], &[]),
+                op("stop", "Drain active work and release ownership", &[], &[]),
+                op("cancel", "Cancel the queued or running requests sent with `cancelRequestId`", &["cancelRequestId"], &["cancelRequestId"]),
+            ],
         ),
-        ownership,
+    );
+    vec![
+        Builtin { spec: evidence, handler: ExecutionHost::run_evidence },
+        Builtin { spec: response, handler: ExecutionHost::run_response },
+        Builtin { spec: runtime, handler: ExecutionHost::run_runtime },
+        Builtin { spec: ownership, handler: ExecutionHost::run_device_ownership },
     ]
 }
 
@@ -219,6 +255,17 @@ mod tests {
         accepted("runtime", json!({"operation": "status", "requestId": "r1", "feedback": "off"}));
         accepted("runtime", json!({"operation": "cancel", "cancelRequestId": "x"}));
         accepted("device-ownership", json!({"operation": "receipt", "serial": "s", "runtimeEpoch": "00000000-0000-0000-0000-000000000000", "actionId": "a"}));
+    }
+
+    #[test]
+    fn every_builtin_is_registered_with_its_handler() {
+        let all: Vec<super::Builtin> = super::host_builtins().into_iter().chain(super::engine_builtins(&Default::default())).collect();
+        let mut names: Vec<&str> = all.iter().map(|b| b.spec.command.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(names, [super::DEVICE_OWNERSHIP, super::EVIDENCE, super::INTENT, super::RESPONSE, super::RUNTIME, super::SCRIPT]);
+        // The engine commands are the reserved ones, registered after the plugins.
+        let engines: Vec<String> = super::engine_builtins(&Default::default()).into_iter().map(|b| b.spec.command).collect();
+        assert_eq!(engines, super::ENGINE_COMMANDS);
     }
 
     #[test]

@@ -371,67 +371,100 @@ impl ExecutionHost {
         outcome
     }
 
+    /// Run a built-in through the handler registered with its spec.
     async fn builtin(self: &Arc<Self>, name: &str, arguments: &Value, cwd: &str, deadline: Instant, control: Option<&dyn RuntimeControl>) -> ExecOutcome {
-        let op = arguments.get("operation").and_then(Value::as_str).unwrap_or("status");
-        match (name, op) {
-            (builtins::RUNTIME, _) if control.is_none() => {
-                ExecOutcome::Failed(CommandError::new("command_not_allowed", "`runtime` can only be called directly, not from an Intent or Script"))
-            }
-            (builtins::RUNTIME, "stop") => {
-                let control = control.expect("checked above");
-                control.begin_stop();
-                ExecOutcome::Json(control.status())
-            }
-            (builtins::RUNTIME, "cancel") => {
-                let rid = arguments.get("cancelRequestId").and_then(Value::as_str).unwrap_or_default();
-                let n = self.active.cancel(rid);
-                ExecOutcome::Json(json!({"ok": true, "command": "runtime", "operation": "cancel", "cancelRequestId": rid, "cancelled": n}))
-            }
-            (builtins::RUNTIME, _) => ExecOutcome::Json(control.expect("checked above").status()),
-            (builtins::INTENT, _) => crate::engines::intent::handle(&(self.clone() as crate::engines::Host), arguments, cwd).await,
-            (builtins::SCRIPT, _) => crate::engines::script::handle(&(self.clone() as crate::engines::Host), arguments, cwd).await,
-            (builtins::DEVICE_OWNERSHIP, op) => self.device_ownership(op, arguments, deadline).await,
-            (builtins::EVIDENCE, op) => {
-                let facts = self.facts.clone();
-                let args = arguments.clone();
-                let cwd = std::path::PathBuf::from(cwd);
-                let op = op.to_string();
-                blocking(move || {
-                    let path = |k: &str| cwd.join(args.get(k).and_then(Value::as_str).unwrap_or_default());
-                    let text = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
-                    if op == "verify" {
-                        crate::facts::verify_archive(&path("archiveDir"), &text("manifestSha256"))
-                    } else {
-                        let include = args.get("includeRecordedPayloads").and_then(Value::as_bool).unwrap_or(false);
-                        facts.export(&text("namespace"), &text("operationId"), &path("outputDir"), include)
-                    }
-                })
-                .await
-            }
-            (builtins::RESPONSE, _) => {
-                let facts = self.facts.clone();
-                let reference = arguments.get("ref").cloned().unwrap_or(Value::Null);
-                match tokio::task::spawn_blocking(move || facts.read_snapshot(&reference)).await {
-                    Ok(Ok(saved)) => {
-                        let snap = saved.snapshot;
-                        ExecOutcome::Stored {
-                            kind: snap.get("kind").and_then(Value::as_str).unwrap_or("json").to_string(),
-                            value: snap.get("value").cloned().unwrap_or(Value::Null),
-                            origin: json!({
-                                "identity": snap.get("identity"),
-                                "execution": snap.get("execution"),
-                                "ref": saved.reference.to_json(),
-                                "committedAtMs": saved.committed_at_ms,
-                                "representation": saved.representation.to_json(),
-                            }),
-                        }
-                    }
-                    Ok(Err(e)) => ExecOutcome::Failed(e),
-                    Err(e) => ExecOutcome::Failed(CommandError::new("fact_store_unavailable", e.to_string())),
-                }
-            }
-            _ => ExecOutcome::Failed(CommandError::new("unknown_command", format!("no host implementation for `{name}`"))),
+        match self.catalog.handlers.get(name) {
+            Some(handler) => handler(self, builtins::BuiltinCall { arguments, cwd, deadline, control }).await,
+            None => ExecOutcome::Failed(CommandError::new("unknown_command", format!("no host implementation for `{name}`"))),
         }
+    }
+
+    /// `runtime`: start / status / stop / cancel (needs the daemon's control).
+    pub(crate) fn run_runtime<'a>(host: &'a Arc<Self>, call: builtins::BuiltinCall<'a>) -> builtins::BuiltinFuture<'a> {
+        Box::pin(async move {
+            let (arguments, control) = (call.arguments, call.control);
+            match arguments.get("operation").and_then(Value::as_str).unwrap_or("status") {
+                _ if control.is_none() => {
+                    ExecOutcome::Failed(CommandError::new("command_not_allowed", "`runtime` can only be called directly, not from an Intent or Script"))
+                }
+                "stop" => {
+                    let control = control.expect("checked above");
+                    control.begin_stop();
+                    ExecOutcome::Json(control.status())
+                }
+                "cancel" => {
+                    let rid = arguments.get("cancelRequestId").and_then(Value::as_str).unwrap_or_default();
+                    let n = host.active.cancel(rid);
+                    ExecOutcome::Json(json!({"ok": true, "command": "runtime", "operation": "cancel", "cancelRequestId": rid, "cancelled": n}))
+                }
+                _ => ExecOutcome::Json(control.expect("checked above").status()),
+            }
+        })
+    }
+
+    /// `intent`: the Intent engine.
+    pub(crate) fn run_intent<'a>(host: &'a Arc<Self>, call: builtins::BuiltinCall<'a>) -> builtins::BuiltinFuture<'a> {
+        Box::pin(async move { crate::engines::intent::handle(&(host.clone() as crate::engines::Host), call.arguments, call.cwd).await })
+    }
+
+    /// `script`: the Script engine.
+    pub(crate) fn run_script<'a>(host: &'a Arc<Self>, call: builtins::BuiltinCall<'a>) -> builtins::BuiltinFuture<'a> {
+        Box::pin(async move { crate::engines::script::handle(&(host.clone() as crate::engines::Host), call.arguments, call.cwd).await })
+    }
+
+    /// `device-ownership`: status / receipt / reconcile of a device's journal.
+    pub(crate) fn run_device_ownership<'a>(host: &'a Arc<Self>, call: builtins::BuiltinCall<'a>) -> builtins::BuiltinFuture<'a> {
+        Box::pin(async move {
+            let op = call.arguments.get("operation").and_then(Value::as_str).unwrap_or("status");
+            host.device_ownership(op, call.arguments, call.deadline).await
+        })
+    }
+
+    /// `evidence`: export an operation's evidence, or verify an archive offline.
+    pub(crate) fn run_evidence<'a>(host: &'a Arc<Self>, call: builtins::BuiltinCall<'a>) -> builtins::BuiltinFuture<'a> {
+        Box::pin(async move {
+            let facts = host.facts.clone();
+            let args = call.arguments.clone();
+            let cwd = std::path::PathBuf::from(call.cwd);
+            let op = call.arguments.get("operation").and_then(Value::as_str).unwrap_or("status").to_string();
+            blocking(move || {
+                let path = |k: &str| cwd.join(args.get(k).and_then(Value::as_str).unwrap_or_default());
+                let text = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+                if op == "verify" {
+                    crate::facts::verify_archive(&path("archiveDir"), &text("manifestSha256"))
+                } else {
+                    let include = args.get("includeRecordedPayloads").and_then(Value::as_bool).unwrap_or(false);
+                    facts.export(&text("namespace"), &text("operationId"), &path("outputDir"), include)
+                }
+            })
+            .await
+        })
+    }
+
+    /// `response`: re-extract a stored response snapshot by its ref.
+    pub(crate) fn run_response<'a>(host: &'a Arc<Self>, call: builtins::BuiltinCall<'a>) -> builtins::BuiltinFuture<'a> {
+        Box::pin(async move {
+            let facts = host.facts.clone();
+            let reference = call.arguments.get("ref").cloned().unwrap_or(Value::Null);
+            match tokio::task::spawn_blocking(move || facts.read_snapshot(&reference)).await {
+                Ok(Ok(saved)) => {
+                    let snap = saved.snapshot;
+                    ExecOutcome::Stored {
+                        kind: snap.get("kind").and_then(Value::as_str).unwrap_or("json").to_string(),
+                        value: snap.get("value").cloned().unwrap_or(Value::Null),
+                        origin: json!({
+                            "identity": snap.get("identity"),
+                            "execution": snap.get("execution"),
+                            "ref": saved.reference.to_json(),
+                            "committedAtMs": saved.committed_at_ms,
+                            "representation": saved.representation.to_json(),
+                        }),
+                    }
+                }
+                Ok(Err(e)) => ExecOutcome::Failed(e),
+                Err(e) => ExecOutcome::Failed(CommandError::new("fact_store_unavailable", e.to_string())),
+            }
+        })
     }
 
     async fn device_ownership(&self, op: &str, arguments: &Value, deadline: Instant) -> ExecOutcome {

@@ -164,6 +164,10 @@ fn install(bundle_dir: &Path) -> Result<Value, CommandError> {
         let mut registry = crate::registry::Registry::new(crate::builtins::host_specs());
         registry.reserve(crate::builtins::ENGINE_COMMANDS);
         registry.add_plugin_checked(&plugin.name, &from, &plugin, false)?;
+        // The engine data rules the catalog applies at load (execution targets, observation target schemas).
+        crate::engines::catalog::check_manifest(&plugin).map_err(|reason| {
+            CommandError::new("plugin_manifest_invalid", format!("plugin {}: its manifest is invalid: {reason}", from.display())).with_details(json!({"file": entry.file}))
+        })?;
         // One plugin name, one file: a same-named plugin under another file name
         // would make the runtime refuse one of them.
         if let Some(other) = installs.plugins.iter().find(|r| r.name == plugin.name && r.file != entry.file) {

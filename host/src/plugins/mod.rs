@@ -123,6 +123,8 @@ pub struct Catalog {
     pub bundle_digest: Option<String>,
     /// What the engine schemas took from the loaded manifests (built once per load).
     pub engines: EngineCatalog,
+    /// How each built-in executes, registered with its spec.
+    pub handlers: BTreeMap<String, builtins::Handler>,
 }
 
 impl Catalog {
@@ -140,7 +142,13 @@ impl Catalog {
     pub fn build(config: &Config, cache: &mut DigestCache, mode: LoadMode) -> Catalog {
         // The engine built-ins are registered after the plugins: their schemas name
         // the platforms and targets the plugins declare.
-        let mut registry = Registry::new(builtins::host_specs());
+        let mut handlers = BTreeMap::new();
+        let mut host_specs = Vec::new();
+        for b in builtins::host_builtins() {
+            handlers.insert(b.spec.command.clone(), b.handler);
+            host_specs.push(b.spec);
+        }
+        let mut registry = Registry::new(host_specs);
         registry.reserve(builtins::ENGINE_COMMANDS);
         let mut reports = Vec::new();
         let mut modules = BTreeMap::new();
@@ -250,10 +258,11 @@ impl Catalog {
         }
         cache.save();
         let engines = EngineCatalog::from_manifests(reports.iter().filter(|r| r.error.is_none()).filter_map(|r| r.manifest.as_ref()));
-        for spec in builtins::engine_specs(&engines) {
-            registry.add_host(spec);
+        for b in builtins::engine_builtins(&engines) {
+            handlers.insert(b.spec.command.clone(), b.handler);
+            registry.add_host(b.spec);
         }
-        let mut catalog = Catalog { registry, reports, modules, isolation, file_digests, bundle_digest, engines };
+        let mut catalog = Catalog { registry, reports, modules, isolation, file_digests, bundle_digest, engines, handlers };
         // Discovery narrowing of `intent decide` by the loaded Intent providers.
         let narrowing = crate::engines::intent::discovery_narrowing(&catalog.intent_providers());
         catalog.registry.set_narrowing(narrowing);

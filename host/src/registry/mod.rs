@@ -581,7 +581,7 @@ pub(crate) mod tests {
         let e = registry.add_plugin("p", Path::new("/p/libp.so"), &manifest("p", vec![simple("script")])).unwrap_err();
         assert_eq!((e.code.as_str(), e.details.as_ref().map(|d| d["owner"].clone())), ("plugin_command_conflict", Some(json!("host"))), "{e}");
         assert!(registry.get("script").is_none(), "nothing of the refused plugin is registered");
-        for spec in crate::builtins::engine_specs(&Default::default()) {
+        for spec in crate::builtins::engine_builtins(&Default::default()).into_iter().map(|b| b.spec) {
             registry.add_host(spec);
         }
         assert_eq!(registry.get("script").map(|c| c.origin.clone()), Some(CommandOrigin::Host));
