@@ -102,6 +102,12 @@ fn install_refuses_what_is_not_a_bundle() {
     // A listed name that is not what the file says it is.
     let bundle = handmade_bundle(&env, "misnamed", &[(built_cdylib("aab_fixture_fixture"), plugin_file_name("fixture"), "someone-else")]);
     refused(&env, &bundle, &[], "plugin_bundle_invalid");
+    // A plugin directory whose own bundle manifest cannot be rewritten: refused before
+    // anything is copied.
+    std::fs::write(env.plugins.join("aab-bundle.json"), b"not json").unwrap();
+    let good = bundle_example(&env, "good");
+    let body = refused(&env, &good, &[], "plugin_bundle_invalid");
+    assert_eq!(error_field(&body), Some("pluginDir"), "{body}");
 }
 
 #[test]

@@ -34,7 +34,12 @@ pub fn example_cdylib() -> PathBuf {
                 .output()
                 .map_err(|e| format!("cannot run cargo: {e}"))?;
             if !out.status.success() {
-                return Err(format!("cargo build of {} failed:\n{}", manifest.display(), String::from_utf8_lossy(&out.stderr)));
+                return Err(format!(
+                    "cargo build --locked of {} failed (after a dependency change of plugin-api, refresh its lockfile: \
+                     cargo update --workspace --manifest-path examples/private-provider/Cargo.toml):\n{}",
+                    manifest.display(),
+                    String::from_utf8_lossy(&out.stderr)
+                ));
             }
             let lib = target_dir.join("debug").join(aab_e2e::plugin_file_name("acme"));
             if lib.is_file() { Ok(lib) } else { Err(format!("cargo built no {}", lib.display())) }

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::bundle::{self, BUNDLE_MANIFEST, BundleEntry, BundleManifest};
+use super::bundle::{self, BUNDLE_MANIFEST, BundleManifest};
 use crate::client::PublicReply;
 use crate::config::Config;
 use crate::digest::file_sha256;
@@ -139,6 +139,13 @@ fn install(bundle_dir: &Path) -> Result<Value, CommandError> {
         }
     }
 
+    // The plugin directory's own bundle manifest, if any, must be rewritable before
+    // anything is copied (the commit below adds the new entries to it).
+    let dir_bundle = match bundle::read_bundle_bytes(&dest).map_err(|e| e.with_field("pluginDir"))? {
+        Some(bytes) => Some(bundle::parse_bundle_manifest(&dest, &bytes).map_err(|e| e.with_field("pluginDir"))?),
+        None => None,
+    };
+
     // 2. Stage copies next to their destination and check them as the runtime would.
     let staging = Staging(dest.join(format!(".aab-install-{}-{}", std::process::id(), crate::ids::now_ms())));
     std::fs::create_dir(&staging.0).map_err(|e| write_failed(&staging.0, e))?;
@@ -200,18 +207,19 @@ fn install(bundle_dir: &Path) -> Result<Value, CommandError> {
         installed.push(json!({"file": entry.file, "name": entry.name, "version": entry.version, "sha256": entry.sha256, "replaced": replaced}));
     }
     write_installs(&dest, &records)?;
-    let dir_bundle = update_dir_bundle(&dest, |plugins| {
+    if let Some(mut manifest) = dir_bundle.clone() {
         for (entry, _, _) in &staged {
-            plugins.retain(|p| p.file != entry.file);
-            plugins.push(entry.clone());
+            manifest.plugins.retain(|p| p.file != entry.file);
+            manifest.plugins.push(entry.clone());
         }
-    })?;
+        write_atomically(&dest.join(BUNDLE_MANIFEST), &serde_json::to_vec_pretty(&manifest).expect("bundle manifest serialises"))?;
+    }
     Ok(json!({
         "ok": true, "command": "plugins", "operation": "install",
         "pluginDir": dest.display().to_string(),
         "bundle": {"dir": bundle_dir.display().to_string(), "id": bundle_id, "version": bundle_version, "manifestSha256": manifest_sha},
         "installed": installed,
-        "pluginDirBundleUpdated": dir_bundle,
+        "pluginDirBundleUpdated": dir_bundle.is_some(),
         "note": "a running runtime answers runtime_code_mismatch until `aab runtime --operation stop`; the next call starts one with the new plugins",
     }))
 }
@@ -223,9 +231,10 @@ fn remove(name: &str) -> Result<Value, CommandError> {
     let config = Config::from_env()?;
     let dest = config.plugin_dir.clone();
     let mut records = read_installs(&dest);
-    let dir_bundle = match bundle::read_bundle_bytes(&dest) {
-        Ok(Some(bytes)) => bundle::parse_bundle_manifest(&dest, &bytes).ok(),
-        _ => None,
+    // Refuse before deleting anything if the directory's bundle manifest cannot be rewritten.
+    let dir_bundle = match bundle::read_bundle_bytes(&dest).map_err(|e| e.with_field("pluginDir"))? {
+        Some(bytes) => Some(bundle::parse_bundle_manifest(&dest, &bytes).map_err(|e| e.with_field("pluginDir"))?),
+        None => None,
     };
     // The files of plugin `name`: recorded installs, the directory's bundle entries,
     // else the conventional file name.
@@ -254,10 +263,13 @@ fn remove(name: &str) -> Result<Value, CommandError> {
     }
     records.plugins.retain(|r| !files.contains(&r.file));
     write_installs(&dest, &records)?;
-    let dir_bundle = update_dir_bundle(&dest, |plugins| plugins.retain(|p| !files.contains(&p.file)))?;
+    if let Some(mut manifest) = dir_bundle.clone() {
+        manifest.plugins.retain(|p| !files.contains(&p.file));
+        write_atomically(&dest.join(BUNDLE_MANIFEST), &serde_json::to_vec_pretty(&manifest).expect("bundle manifest serialises"))?;
+    }
     Ok(json!({
         "ok": true, "command": "plugins", "operation": "remove", "name": name,
-        "pluginDir": dest.display().to_string(), "removed": removed, "pluginDirBundleUpdated": dir_bundle,
+        "pluginDir": dest.display().to_string(), "removed": removed, "pluginDirBundleUpdated": dir_bundle.is_some(),
     }))
 }
 
@@ -271,17 +283,6 @@ fn write_installs(dir: &Path, installs: &Installs) -> Result<(), CommandError> {
     }
     let installs = Installs { schema: INSTALLS_SCHEMA.into(), plugins: installs.plugins.clone() };
     write_atomically(&path, &serde_json::to_vec_pretty(&installs).expect("install records serialise"))
-}
-
-/// Apply `change` to the entries of the plugin directory's own `aab-bundle.json`,
-/// if it has one (fields this host does not know, such as `isolation`, are kept).
-/// Returns whether there was one.
-fn update_dir_bundle(dir: &Path, change: impl FnOnce(&mut Vec<BundleEntry>)) -> Result<bool, CommandError> {
-    let Some(bytes) = bundle::read_bundle_bytes(dir)? else { return Ok(false) };
-    let mut manifest = bundle::parse_bundle_manifest(dir, &bytes)?;
-    change(&mut manifest.plugins);
-    write_atomically(&dir.join(BUNDLE_MANIFEST), &serde_json::to_vec_pretty(&manifest).expect("bundle manifest serialises"))?;
-    Ok(true)
 }
 
 /// Temp file in the same directory, fsync, rename.
