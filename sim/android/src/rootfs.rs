@@ -162,14 +162,15 @@ pub fn build(root: &Path) -> io::Result<()> {
     require_root()?;
     let busybox = find_busybox()?;
     for d in [
-        "system/bin", "system/xbin", "vendor/bin", "data/local/tmp", "data/data", "data/app", "data/user", "storage/emulated/0/Download", "storage/emulated/0/DCIM",
+        "system/bin", "system/xbin", "vendor/bin", "data/local/tmp", "data/user/0", "data/app", "storage/emulated/0/Download", "storage/emulated/0/DCIM",
         "proc/sys/kernel/random", "proc/net", "dev/.simtool", "mnt", "cache", "acct",
     ] {
         std::fs::create_dir_all(root.join(d))?;
     }
     std::fs::set_permissions(root.join("data/local/tmp"), std::fs::Permissions::from_mode(0o771))?;
     // Relative links, so host-side file access (sync) resolves them inside the root too.
-    force_symlink("../data", &root.join("data/user/0"))?;
+    // Android bind-mounts /data/data onto /data/user/0: the latter is the real path.
+    force_symlink("user/0", &root.join("data/data"))?;
     force_symlink("storage/emulated/0", &root.join("sdcard"))?;
     force_symlink("system/bin", &root.join("bin"))?;
     force_symlink("system/etc", &root.join("etc"))?;

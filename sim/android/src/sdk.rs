@@ -17,7 +17,7 @@ use crate::phone::{App, Node};
 pub const DESCRIPTOR: &str = "files/ai_app_bridge_endpoint.json";
 
 pub fn descriptor_path(dev: &Device, package: &str) -> std::path::PathBuf {
-    dev.root.join("data/data").join(package).join(DESCRIPTOR)
+    dev.root.join("data/user/0").join(package).join(DESCRIPTOR)
 }
 
 pub fn descriptor(package: &str, epoch: &str, version: &str) -> Value {

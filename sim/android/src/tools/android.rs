@@ -193,7 +193,7 @@ fn pm(ctx: &Ctx, args: &[String]) -> Res {
                 app.permissions = app.spec.permissions.clone();
                 app.reset_runtime();
             }
-            let _ = std::fs::remove_dir_all(dev.root.join("data/data").join(pkg.as_str()));
+            let _ = std::fs::remove_dir_all(dev.root.join("data/user/0").join(pkg.as_str()));
             dev.record("clear-data", json!({ "package": pkg }));
             Res::ok("Success\n")
         }
@@ -496,7 +496,7 @@ fn run_as(ctx: &Ctx, args: &[String]) -> Res {
         return Res::fail(1, format!("run-as: package not debuggable: {pkg}\n"));
     }
     drop(ph);
-    let _ = std::fs::create_dir_all(ctx.dev.root.join("data/data").join(pkg.as_str()).join("files"));
+    let _ = std::fs::create_dir_all(ctx.dev.root.join("data/user/0").join(pkg.as_str()).join("files"));
     ctx.dev.record("run-as", json!({ "package": pkg, "command": &args[1..] }));
     Res::ok("")
 }
