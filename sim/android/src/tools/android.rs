@@ -78,7 +78,8 @@ fn am(ctx: &Ctx, args: &[String]) -> Res {
             intent.push_str(&format!("cmp={} }}", comp.clone().unwrap_or_else(|| pkg.clone())));
             let was_running = dev.phone.lock().unwrap().pid_of(&pkg).is_some();
             if args.iter().any(|a| a == "-S") {
-                if let Some(i) = dev.phone.lock().unwrap().app_index(&pkg) {
+                let idx = dev.phone.lock().unwrap().app_index(&pkg);
+                if let Some(i) = idx {
                     lifecycle::stop_process(dev, i, "am start -S");
                 }
             }
@@ -96,7 +97,8 @@ fn am(ctx: &Ctx, args: &[String]) -> Res {
         }
         Some("force-stop" | "kill") => {
             let Some(pkg) = args.get(1) else { return Res::fail(1, "Error: no package\n") };
-            if let Some(i) = dev.phone.lock().unwrap().app_index(pkg) {
+            let idx = dev.phone.lock().unwrap().app_index(pkg);
+            if let Some(i) = idx {
                 lifecycle::stop_process(dev, i, args[0].as_str());
             }
             dev.record("force-stop", json!({ "package": pkg }));
