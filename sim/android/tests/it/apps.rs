@@ -180,16 +180,12 @@ fn logcat_dump_threadtime_clear_and_bounded_follow() {
     child.wait().unwrap();
     let root = env.sim().devices[0].root.clone();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while processes_in(&root) > 0 {
+    while crate::support::processes_in(&root) > 0 {
         assert!(Instant::now() < deadline, "device processes left after the follow ended");
         std::thread::sleep(Duration::from_millis(50));
     }
 }
 
-fn processes_in(root: &std::path::Path) -> usize {
-    let canon = std::fs::canonicalize(root).unwrap();
-    std::fs::read_dir("/proc").unwrap().flatten().filter(|e| e.file_name().to_str().is_some_and(|s| s.bytes().all(|b| b.is_ascii_digit()))).filter(|e| std::fs::read_link(e.path().join("root")).ok().as_deref() == Some(canon.as_path())).count()
-}
 
 #[test]
 fn permissions_appops_and_install() {

@@ -170,3 +170,9 @@ pub fn http(port: u16, method: &str, path: &str, body: Option<&str>) -> (u16, Va
     assert!(head.contains("Content-Type: application/json; charset=utf-8"), "{head}");
     (status, serde_json::from_str(body).unwrap_or(Value::Null))
 }
+
+/// Processes whose root directory is the device root (device shells and what they started).
+pub fn processes_in(root: &std::path::Path) -> usize {
+    let canon = std::fs::canonicalize(root).unwrap();
+    std::fs::read_dir("/proc").unwrap().flatten().filter(|e| e.file_name().to_str().is_some_and(|s| s.bytes().all(|b| b.is_ascii_digit()))).filter(|e| std::fs::read_link(e.path().join("root")).ok().as_deref() == Some(canon.as_path())).count()
+}
