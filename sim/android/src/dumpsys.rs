@@ -151,10 +151,10 @@ pub fn package(ph: &Phone, pkg: Option<&str>) -> String {
     for a in &apps {
         package_block(&mut s, a, ph.sdk_int);
     }
-    if apps.is_empty() && pkg.is_some() {
+    if let (true, Some(p)) = (apps.is_empty(), pkg) {
         s.truncate(0);
         s.push_str("Dexopt state:\n  Unable to find package: ");
-        s.push_str(pkg.unwrap());
+        s.push_str(p);
         s.push('\n');
     }
     s

@@ -141,12 +141,11 @@ pub fn launch(dev: &Arc<Device>, package: &str, activity: Option<&str>) -> Resul
         if !app.spec.activities.iter().any(|a| app.activity_class(a) == full) {
             return Err(format!("Error: Activity class {{{package}/{full}}} does not exist."));
         }
-        if app.current_activity().as_deref() != Some(&full) {
-            if let Some(i) = app.spec.screens.iter().position(|s| s.activity.as_ref().map(|a| app.activity_class(a)).or_else(|| app.launcher().map(|l| app.activity_class(&l))) == Some(full.clone())) {
+        if app.current_activity().as_deref() != Some(&full)
+            && let Some(i) = app.spec.screens.iter().position(|s| s.activity.as_ref().map(|a| app.activity_class(a)).or_else(|| app.launcher().map(|l| app.activity_class(&l))) == Some(full.clone())) {
                 app.screen = i;
                 app.focused = None;
             }
-        }
     }
     let component = format!("{package}/{}", app.current_activity().unwrap_or_default());
     let pid = app.process.as_ref().map(|p| p.pid).unwrap_or(0);

@@ -293,12 +293,11 @@ impl App {
             effects.push(json!({ "focus": node.id }));
         }
         let Some(action) = node.on_tap.clone() else { return json!(effects) };
-        if action.toggle {
-            if let Some(id) = &node.id {
+        if action.toggle
+            && let Some(id) = &node.id {
                 self.checked.insert(id.clone(), !node.checked);
                 effects.push(json!({ "checked": !node.checked }));
             }
-        }
         for (kind, v) in [("network", &action.network), ("log", &action.log), ("state", &action.state), ("event", &action.event)] {
             if let Some(v) = v {
                 let rec = fill_value(v, &self.values);
@@ -306,13 +305,12 @@ impl App {
                 effects.push(json!({ kind: item }));
             }
         }
-        if let Some(goto) = &action.goto {
-            if let Some(i) = self.spec.screens.iter().position(|s| &s.name == goto) {
+        if let Some(goto) = &action.goto
+            && let Some(i) = self.spec.screens.iter().position(|s| &s.name == goto) {
                 self.screen = i;
                 self.focused = None;
                 effects.push(json!({ "screen": goto }));
             }
-        }
         json!(effects)
     }
 }

@@ -224,8 +224,8 @@ pub fn resolve(root: &Path, dev_path: &str, follow_last: bool) -> PathBuf {
             candidate.push(p);
         }
         candidate.push(&part);
-        if (!is_last || follow_last) && hops < 40 {
-            if let Ok(target) = std::fs::read_link(&candidate) {
+        if (!is_last || follow_last) && hops < 40
+            && let Ok(target) = std::fs::read_link(&candidate) {
                 hops += 1;
                 let t = target.to_string_lossy().to_string();
                 if t.starts_with('/') {
@@ -240,7 +240,6 @@ pub fn resolve(root: &Path, dev_path: &str, follow_last: bool) -> PathBuf {
                 }
                 continue;
             }
-        }
         parts.push(part);
     }
     let mut out = root.to_path_buf();

@@ -98,11 +98,10 @@ async fn read_request(io: &mut DuplexStream) -> Option<Request> {
     let target = rl.next()?.to_string();
     let mut len = 0usize;
     for l in lines {
-        if let Some((k, v)) = l.split_once(':') {
-            if k.trim().eq_ignore_ascii_case("content-length") {
+        if let Some((k, v)) = l.split_once(':')
+            && k.trim().eq_ignore_ascii_case("content-length") {
                 len = v.trim().parse().ok()?;
             }
-        }
     }
     let mut body = buf[head_end + 4..].to_vec();
     while body.len() < len {

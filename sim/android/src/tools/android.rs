@@ -87,7 +87,7 @@ fn am(ctx: &Ctx, args: &[String]) -> Res {
                 Ok(component) => {
                     let mut out = format!("Starting: {intent}\n");
                     if args.iter().any(|a| a == "-W") {
-                        let short = component.split_once('/').map(|(p, a)| format!("{p}/{}", a.strip_prefix(&format!("{p}")).unwrap_or(a))).unwrap_or(component.clone());
+                        let short = component.split_once('/').map(|(p, a)| format!("{p}/{}", a.strip_prefix(p).unwrap_or(a))).unwrap_or(component.clone());
                         out.push_str(&format!("Status: ok\nLaunchState: {}\nActivity: {short}\nTotalTime: 312\nWaitTime: 318\nComplete\n", if was_running { "WARM" } else { "COLD" }));
                     }
                     Res::ok(out)
@@ -383,7 +383,7 @@ fn processes(ctx: &Ctx) -> Vec<(u32, u32, String)> {
 fn pidof(ctx: &Ctx, args: &[String]) -> Res {
     let single = args.iter().any(|a| a == "-s");
     let names: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
-    let mut pids: Vec<u32> = processes(ctx).into_iter().filter(|(_, _, n)| names.iter().any(|x| *x == n)).map(|(p, _, _)| p).collect();
+    let mut pids: Vec<u32> = processes(ctx).into_iter().filter(|(_, _, n)| names.contains(&n)).map(|(p, _, _)| p).collect();
     if pids.is_empty() {
         return Res::out_fail(1, "");
     }
@@ -599,7 +599,7 @@ const KEYCODES: &[(&str, u32)] = &[("KEYCODE_HOME", 3), ("KEYCODE_BACK", 4), ("K
 pub async fn input(ctx: &Ctx, args: &[String]) -> Res {
     let dev = &ctx.dev;
     // `input [source] command …`
-    let args: Vec<&String> = args.iter().skip_while(|a| ["touchscreen", "keyboard", "mouse", "touchpad", "dpad", "-d"].contains(&a.as_str()) || a.parse::<i32>().is_ok() && false).collect();
+    let args: Vec<&String> = args.iter().skip_while(|a| ["touchscreen", "keyboard", "mouse", "touchpad", "dpad", "-d"].contains(&a.as_str())).collect();
     let num = |i: usize| args.get(i).and_then(|s| s.parse::<f64>().ok()).map(|v| v as i32);
     match args.first().map(|s| s.as_str()) {
         Some("tap") => {
@@ -718,13 +718,11 @@ pub fn keyevent(dev: &std::sync::Arc<crate::device::Device>, code: u32) {
             }
             3 => to_launcher = true,
             67 => {
-                if let Some(i) = ph.foreground {
-                    if let Some(f) = ph.apps[i].focused.clone() {
-                        if let Some(v) = ph.apps[i].values.get_mut(&f) {
+                if let Some(i) = ph.foreground
+                    && let Some(f) = ph.apps[i].focused.clone()
+                        && let Some(v) = ph.apps[i].values.get_mut(&f) {
                             v.pop();
                         }
-                    }
-                }
             }
             66 => {
                 if let Some(i) = ph.foreground {
