@@ -39,6 +39,8 @@ exit $rc
 const RUN_AS: &str = r#"#!/system/bin/sh
 /system/bin/simtool run-as "$@" || exit $?
 p=$1; shift
+# `kill` is a shell builtin; signals to app processes go to the simulator.
+if [ "$1" = kill ]; then shift; exec /system/bin/simtool sim-kill "$p" "$@"; fi
 cd /data/user/0/$p || exit 1
 if [ $# -eq 0 ]; then exec /system/bin/sh; fi
 exec "$@"

@@ -37,6 +37,18 @@ pub fn simple(ctx: &Ctx, name: &str, args: &[String]) -> Res {
         "wm" => wm(ctx, args),
         "settings" => settings(ctx, args),
         "run-as" => run_as(ctx, args),
+        "sim-kill" => {
+            let Some(pkg) = args.first() else { return Res::fail(1, "kill: usage\n") };
+            let sig = args.iter().skip(1).find(|a| a.starts_with('-')).map(String::as_str).unwrap_or("-TERM");
+            let mut res = Res::ok("");
+            for pid in args.iter().skip(1).filter(|a| !a.starts_with('-')) {
+                let r = pid.parse::<u32>().map_err(|_| format!("kill: bad pid '{pid}'")).and_then(|p| lifecycle::signal(&ctx.dev, pkg, p, sig));
+                if let Err(e) = r {
+                    res = Res::fail(1, format!("{e}\n"));
+                }
+            }
+            res
+        }
         "abb" => Res::fail(1, "abb: not supported\n"),
         other => Res::fail(127, format!("/system/bin/sh: {other}: inaccessible or not found\n")),
     }
