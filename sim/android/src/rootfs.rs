@@ -24,12 +24,15 @@ const HOST_EXTRAS: &[&str] = &["flock", "nohup"];
 /// replays stderr and the exit code the simulator left in `/dev/.simtool`.
 const SIMTOOL: &str = r#"#!/system/bin/sh
 # aab-android-sim tool shim: the simulator answers Android tools (see sim/android/README.md).
+# Builtins only where possible: every fork costs a few milliseconds per tool call.
 d=/dev/.simtool
+read t < $d/token
+read p < $d/port
 n=${0##*/}
 if [ "$n" = simtool ]; then n=$1; shift; fi
-{ printf '%s\n%s\n%s\n%s\n' "$(cat $d/token)" "$$" "$PWD" "$(($# + 1))"; printf '%s\0' "$n" "$@"; } | nc 127.0.0.1 "$(cat $d/port)"
-[ -f $d/$$.err ] && cat $d/$$.err >&2
-rc=$(cat $d/$$.rc 2>/dev/null || echo 255)
+{ printf '%s\n%s\n%s\n%s\n' "$t" "$$" "$PWD" "$(($# + 1))"; printf '%s\0' "$n" "$@"; } | nc 127.0.0.1 $p
+[ -s $d/$$.err ] && cat $d/$$.err >&2
+read rc < $d/$$.rc || rc=255
 rm -f $d/$$.rc $d/$$.err
 exit $rc
 "#;
