@@ -25,6 +25,9 @@ pub struct Phone {
     pub logcat: Vec<LogLine>,
     /// Installed APKs without a scenario entry: sha256 → package.
     pub extra_installs: Vec<(String, String)>,
+    /// `pm install-create` sessions: id → bytes written so far.
+    pub install_sessions: BTreeMap<u32, Vec<u8>>,
+    pub next_session: u32,
 }
 
 pub struct App {
@@ -391,6 +394,8 @@ impl Phone {
             next_task: 10,
             logcat: vec![],
             extra_installs: vec![],
+            install_sessions: BTreeMap::new(),
+            next_session: 1_000_000,
         }
     }
 

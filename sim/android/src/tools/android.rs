@@ -242,9 +242,32 @@ fn pm(ctx: &Ctx, args: &[String]) -> Res {
                 None => Res::ok("No activity found\n"),
             }
         }
-        "install-create" => Res::ok("Success: created install session [1]\n"),
-        "install-write" | "install-abandon" => Res::ok("Success\n"),
-        "install-commit" => Res::ok("Success\n"),
+        "install-create" => {
+            let mut ph = dev.phone.lock().unwrap();
+            ph.next_session += 7;
+            let id = ph.next_session;
+            ph.install_sessions.insert(id, vec![]);
+            Res::ok(format!("Success: created install session [{id}]\n"))
+        }
+        "install-write" => {
+            let (Some(id), Some(path)) = (rest.first().and_then(|s| s.parse::<u32>().ok()), rest.get(2)) else { return Res::fail(1, "Error: usage: pm install-write [-S BYTES] SESSION_ID SPLIT_NAME PATH\n") };
+            if path.as_str() == "-" {
+                return Res::fail(1, "Error: install-write from stdin is not supported by aab-android-sim; write a device path\n");
+            }
+            let bytes = match std::fs::read(dev.host_path(&absolute(&ctx.cwd, path))) {
+                Ok(b) => b,
+                Err(e) => return Res::fail(1, format!("Error: Unable to open file: {path}\nConsider using a file under /data/local/tmp/\n{e}\n")),
+            };
+            let mut ph = dev.phone.lock().unwrap();
+            let Some(sess) = ph.install_sessions.get_mut(&id) else { return Res::fail(255, format!("Exception occurred while executing 'install-write':\njava.lang.SecurityException: Caller has no access to session {id}\n")) };
+            sess.extend_from_slice(&bytes);
+            Res::ok(format!("Success: streamed {} bytes\n", bytes.len()))
+        }
+        "install-commit" | "install-abandon" => {
+            let Some(id) = rest.first().and_then(|s| s.parse::<u32>().ok()) else { return Res::fail(1, "Error: missing session id\n") };
+            let Some(apk) = dev.phone.lock().unwrap().install_sessions.remove(&id) else { return Res::fail(255, format!("Exception occurred while executing '{sub}':\njava.lang.SecurityException: Caller has no access to session {id}\n")) };
+            if sub == "install-abandon" { Res::ok("Success\n") } else { install(ctx, &apk) }
+        }
         "install" => {
             let path = rest.first().map(|s| s.as_str()).unwrap_or("");
             match std::fs::read(ctx.dev.host_path(path)) {

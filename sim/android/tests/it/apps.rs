@@ -210,6 +210,15 @@ fn permissions_appops_and_install() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("Success"), "{:?}", out);
     assert!(env.sh("pm list packages").contains("package:com.example.installed\n"));
     assert_eq!(env.truth("install")[0]["data"]["package"], "com.example.installed");
+    // The session flow the install workflow runs on the device (pm install-create/-write/-commit).
+    std::fs::write(&apk, b"PK\x03\x04 aab-sim-package:com.example.session\0").unwrap();
+    assert!(env.adb(&["-s", &serial, "push", apk.to_str().unwrap(), "/data/local/tmp/base.apk"]).status.success());
+    let created = env.sh("pm install-create -r -S 41");
+    let id = created.trim().strip_prefix("Success: created install session [").and_then(|s| s.strip_suffix(']')).expect("session id").to_string();
+    assert_eq!(env.sh(&format!("pm install-write -S 41 {id} base.apk /data/local/tmp/base.apk")), "Success: streamed 41 bytes\n");
+    assert_eq!(env.sh(&format!("pm install-commit {id}")), "Success\n");
+    assert_eq!(env.shell(&format!("pm install-commit {id}")).2, 255);
+    assert!(env.sh("pm list packages").contains("package:com.example.session\n"));
     let out = env.adb(&["-s", &serial, "uninstall", "com.example.notes"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("Success"), "{:?}", out);
     assert!(!env.sh("pm list packages").contains("com.example.notes"));
