@@ -5,7 +5,7 @@
 //! and injects faults. See sim/android/README.md.
 //!
 //! Modules: `wire` (message framing), `adbd` (connection, streams, flow control),
-//! `services` (shell/exec, sync, sockets, abb), `rootfs` (device root), `tools`
+//! `services` (shell/exec, pty, sync, sockets, abb), `rootfs` (device root), `tools`
 //! (Android tools behind the shim), `phone` (app/screen model), `lifecycle`
 //! (processes, /proc, reboot), `dumpsys`/`uiautomator`/`screencap` (stock
 //! renderings), `sdk` (the app SDK's HTTP dialect), `sdk_actions` (its native managed actions), `control`, `scenario`, `faults`.

@@ -2,6 +2,7 @@
 //! matching handler on the stream's duplex end. Unknown services are refused
 //! (the transport answers CLSE).
 
+mod pty;
 mod shell;
 mod socket;
 mod sync;
@@ -16,6 +17,7 @@ pub use shell::ShellMode;
 
 pub enum Service {
     Shell { mode: ShellMode, command: String },
+    Pty { v2: bool, command: String, term: String },
     Abb(Vec<String>),
     Sync,
     Socket(socket::Target),
@@ -39,6 +41,12 @@ pub async fn open(dev: &Arc<Device>, name: &[u8]) -> Option<Service> {
     if let Some(rest) = name.strip_prefix("shell") {
         let (opts, cmd) = rest.split_once(':')?;
         let v2 = opts.split(',').any(|o| o == "v2");
+        // A pty when asked for, or for an interactive shell that did not ask for raw (adbd's default).
+        let pty = opts.split(',').any(|o| o == "pty") || (cmd.is_empty() && !opts.split(',').any(|o| o == "raw"));
+        if pty {
+            let term = opts.split(',').find_map(|o| o.strip_prefix("TERM=")).unwrap_or("").to_string();
+            return Some(Service::Pty { v2, command: cmd.to_string(), term });
+        }
         let mode = if v2 { ShellMode::V2 } else { ShellMode::Raw { merge_stderr: true } };
         return Some(Service::Shell { mode, command: cmd.to_string() });
     }
@@ -53,6 +61,7 @@ impl Service {
     pub async fn run(self, dev: Arc<Device>, io: DuplexStream) {
         match self {
             Service::Shell { mode, command } => shell::run(dev, mode, command, io).await,
+            Service::Pty { v2, command, term } => pty::run(dev, v2, command, term, io).await,
             Service::Abb(args) => crate::tools::abb_exec(dev, args, io).await,
             Service::Sync => sync::run(dev, io).await,
             Service::Socket(t) => socket::run(dev, t, io).await,

@@ -146,3 +146,17 @@ fn raw_shell_and_exec_services_through_the_server_port_protocol() {
     assert_eq!(&buf[..4], b"OKAY");
     assert_eq!(&buf[4..], [&[1u8, 3, 0, 0, 0][..], b"v2\n", &[3, 1, 0, 0, 0, 4]].concat());
 }
+
+#[test]
+fn pty_shell_for_interactive_use() {
+    let env = Env::start(1);
+    let serial = env.serial();
+    // `-tt` forces a pty: the command sees a terminal, output lines end in CRLF, the exit code survives.
+    let out = env.adb(&["-s", &serial, "shell", "-tt", "[ -t 0 ] && [ -t 1 ] && echo is-a-tty; exit 6"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "is-a-tty\r\n");
+    assert_eq!(out.status.code(), Some(6));
+    // An interactive shell on the pty reads what is typed.
+    let out = env.adb_stdin(&["-s", &serial, "shell", "-tt"], Some(b"echo typed-$((40+2))\nexit 2\n"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("typed-42\r\n"), "{out:?}");
+    assert_eq!(out.status.code(), Some(2));
+}
