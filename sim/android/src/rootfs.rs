@@ -13,7 +13,7 @@ use std::path::{Component, Path, PathBuf};
 
 /// Android tools answered by the simulator through the `simtool` shim.
 pub const TOOLS: &[&str] = &[
-    "getprop", "setprop", "am", "pm", "cmd", "dumpsys", "input", "screencap", "appops", "logcat", "pidof", "ps", "uiautomator", "ime", "wm", "settings", "abb",
+    "getprop", "setprop", "am", "pm", "cmd", "dumpsys", "input", "screencap", "appops", "logcat", "pidof", "ps", "uiautomator", "ime", "wm", "settings", "abb", "monkey",
 ];
 
 /// Host binaries copied into the root (with their libraries) because busybox lacks them.

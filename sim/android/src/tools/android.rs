@@ -50,6 +50,14 @@ pub fn simple(ctx: &Ctx, name: &str, args: &[String]) -> Res {
             res
         }
         "abb" => Res::fail(1, "abb: not supported\n"),
+        // `monkey -p PKG -c android.intent.category.LAUNCHER 1`: how many tools launch an app.
+        "monkey" => match opt(args, "-p") {
+            Some(pkg) => match lifecycle::launch(&ctx.dev, pkg, None) {
+                Ok(_) => Res::ok("  bash arg: -p\n  bash arg: ".to_string() + pkg + "\nEvents injected: 1\n## Network stats: elapsed time=12ms (0ms mobile, 0ms wifi, 12ms not connected)\n"),
+                Err(_) => Res::out_fail(252, "** No activities found to run, monkey aborted.\n"),
+            },
+            None => Res::fail(1, "usage: monkey [-p ALLOWED_PACKAGE] [-c MAIN_CATEGORY] COUNT\n"),
+        },
         other => Res::fail(127, format!("/system/bin/sh: {other}: inaccessible or not found\n")),
     }
 }
@@ -547,6 +555,8 @@ pub fn dumpsys(ctx: &Ctx, args: &[String]) -> Res {
             "window" => dumpsys::window(&ph),
             "activity" => dumpsys::activity(&ph),
             "input_method" => dumpsys::input_method(&ph),
+            "input" => format!("INPUT MANAGER (dumpsys input)\n\nInput Manager State:\n  Interactive: true\n\nInput Reader State:\n  Device 4: virtio_input_multi_touch_1\n    Touch Input Mapper (mode - DIRECT):\n      Viewport INTERNAL: displayId=0, orientation=0, logicalFrame=[0, 0, {w}, {h}]\n      SurfaceWidth: {w}px\n      SurfaceHeight: {h}px\n      SurfaceOrientation: 0\n", w = ph.width, h = ph.height),
+            "display" => format!("DISPLAY MANAGER (dumpsys display)\n  mViewports=[DisplayViewport{{type=INTERNAL, valid=true, isActive=true, displayId=0, orientation=0, logicalFrame=Rect(0, 0 - {w}, {h}), physicalFrame=Rect(0, 0 - {w}, {h}), deviceWidth={w}, deviceHeight={h}}}]\n  mDefaultViewport=DisplayViewport{{type=INTERNAL, orientation=0, deviceWidth={w}, deviceHeight={h}}}\n  DisplayDeviceInfo{{\"Built-in Screen\": {w} x {h}, density {d}, state ON}}\n", w = ph.width, h = ph.height, d = ph.density),
             "package" => {
                 let pkg = args.iter().skip(1).find(|a| !a.starts_with('-')).map(String::as_str);
                 match pkg {
@@ -554,7 +564,7 @@ pub fn dumpsys(ctx: &Ctx, args: &[String]) -> Res {
                     p => dumpsys::package(&ph, p),
                 }
             }
-            "" => return Res::ok("Currently running services:\n  activity\n  input_method\n  package\n  window\n"),
+            "" => return Res::ok("Currently running services:\n  activity\n  display\n  input\n  input_method\n  package\n  window\n"),
             s => return Res::ok(format!("Can't find service: {s}\n")),
         }
     };

@@ -59,6 +59,9 @@ fn android_tools_answer_with_stock_formats_and_exit_codes() {
     // Tools compose with the shell (pipes, $(...), exit status).
     assert_eq!(env.sh("pm list packages | grep -c com.example"), "2\n");
     assert_eq!(env.sh("wm size"), "Physical size: 1080x2400\n");
+    assert!(env.sh("dumpsys input").contains("SurfaceOrientation: 0"));
+    assert!(env.sh("monkey -p com.example.notes -c android.intent.category.LAUNCHER 1").contains("Events injected: 1"));
+    assert_eq!(env.state()["foreground"], "com.example.notes");
     assert_eq!(env.sh("cmd package query-activities --brief -a android.intent.action.MAIN -c android.intent.category.LAUNCHER com.example.aab.sample"), "com.example.aab.sample/.MainActivity\n");
 }
 
