@@ -12,6 +12,8 @@
 // uses a function, the compiler would call it dead.
 #[allow(dead_code)]
 mod adb;
+#[allow(dead_code)]
+mod sdk;
 #[cfg(test)]
 mod test_support;
 
