@@ -14,6 +14,8 @@
 mod adb;
 #[allow(dead_code)]
 mod sdk;
+#[allow(dead_code)]
+mod foreground;
 #[cfg(test)]
 mod test_support;
 
