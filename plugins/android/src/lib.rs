@@ -17,6 +17,10 @@ mod sdk;
 #[allow(dead_code)]
 mod foreground;
 #[cfg(test)]
+mod device_tests;
+#[cfg(test)]
+mod fake_adbd;
+#[cfg(test)]
 mod test_support;
 
 use aab_plugin_api::{Context, Invocation, Manifest, Provider, ProviderError, Reply};

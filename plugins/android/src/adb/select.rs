@@ -53,7 +53,7 @@ pub async fn select(server: &AdbServer, serial: Option<&str>, deadline: Deadline
 pub fn map_transport_fail(serial: &str, what: &str, message: &str) -> ProviderError {
     let details = json!({"serial": serial, "operation": what, "adbMessage": message});
     let m = message.to_ascii_lowercase();
-    if m.contains("not found") {
+    if (m.contains("not found") && m.contains("device") && !m.contains("listener")) || m.contains("no devices") {
         ProviderError::new(codes::DEVICE_NOT_FOUND, format!("device {serial:?}: {message}")).with_field("serial").with_details(details).not_dispatched()
     } else if m.contains("unauthorized") {
         ProviderError::new(codes::DEVICE_UNAUTHORIZED, format!("device {serial:?}: {message}")).with_details(details).not_dispatched()
@@ -109,6 +109,8 @@ mod tests {
     #[test]
     fn server_fail_texts_map_to_codes() {
         assert_eq!(map_transport_fail("x", "t", "device 'x' not found").error, codes::DEVICE_NOT_FOUND);
+        assert_eq!(map_transport_fail("x", "t", "no devices/emulators found").error, codes::DEVICE_NOT_FOUND);
+        assert_eq!(map_transport_fail("x", "t", "listener 'tcp:4000' not found").error, codes::ADB_COMMAND_FAILED);
         assert_eq!(map_transport_fail("x", "t", "device offline").error, codes::DEVICE_OFFLINE);
         assert_eq!(map_transport_fail("x", "t", "device unauthorized.\nThis adb server's $ADB_VENDOR_KEYS is not set").error, codes::DEVICE_UNAUTHORIZED);
         assert_eq!(map_transport_fail("x", "t", "more than one device/emulator").error, codes::SERIAL_REQUIRED);
