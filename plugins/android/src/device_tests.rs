@@ -1,6 +1,6 @@
 //! Device services, device selection and the SDK connection sequence end to end:
 //! the transport → the REAL adb server (private port and HOME) → `adb connect` →
-//! the [`crate::fake_adbd`] test double. Ground truth (services opened, HTTP
+//! the `aab_e2e::fake_adbd` test double. Ground truth (services opened, HTTP
 //! requests seen) comes from the fake phone, not from the transport's own answers.
 
 use std::time::{Duration, Instant};
@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::adb::device::Device;
 use crate::adb::{Deadline, codes, select};
-use crate::fake_adbd::FakeAdbd;
+use aab_e2e::fake_adbd::FakeAdbd;
 use crate::sdk::{SdkTarget, endpoint, forward, http};
 use crate::test_support::{PrivateServer, deadline};
 

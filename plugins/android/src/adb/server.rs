@@ -8,7 +8,6 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
@@ -28,8 +27,11 @@ pub struct AdbServer {
     /// The environment the server address and binary were resolved from, and the
     /// extra variables a started server gets (tests give it its own `HOME`).
     pub env: Env,
-    starting: Arc<Mutex<()>>,
 }
+
+/// Held while one call starts a server, so concurrent first calls (of any
+/// configuration in this process) start it once.
+static STARTING: Mutex<()> = Mutex::const_new(());
 
 /// The environment variables the transport reads, captured once so tests can
 /// supply their own without touching the process environment.
@@ -173,7 +175,7 @@ pub fn parse_forwards(text: &str) -> Vec<ForwardRule> {
 impl AdbServer {
     pub fn new(adb_argument: Option<String>, env: Env) -> Result<Self> {
         let addr = resolve_address(&env)?;
-        Ok(AdbServer { addr, adb_argument, env, starting: Arc::new(Mutex::new(())) })
+        Ok(AdbServer { addr, adb_argument, env })
     }
 
     pub fn from_process_env(adb_argument: Option<String>) -> Result<Self> {
@@ -192,7 +194,7 @@ impl AdbServer {
             }
         }
         {
-            let _guard = tokio::time::timeout_at(deadline.instant(), self.starting.lock()).await.map_err(|_| err::timeout(what, deadline))?;
+            let _guard = tokio::time::timeout_at(deadline.instant(), STARTING.lock()).await.map_err(|_| err::timeout(what, deadline))?;
             // Another call may have started it while we waited for the lock.
             if let Ok(c) = Conn::connect(self.addr, deadline, what).await {
                 return Ok(c);

@@ -1,6 +1,7 @@
 //! Test double: a minimal adbd over TCP that the REAL adb server connects to
-//! (`host:connect`), so the transport's device services are tested through the
-//! real server without a phone. It is deliberately small — the full simulated phone
+//! (`adb connect` / `host:connect`), so the Android transport (unit tests of
+//! `plugins/android`) and the Android commands (e2e) run through the real server
+//! without a phone. It is deliberately small — the full simulated phone
 //! is `sim/android` — and serves: `shell,v2,…:CMD` and `exec:CMD` (run by the
 //! test machine's `sh`, except `run-as <pkg> cat files/ai_app_bridge_endpoint.json`,
 //! answered from a table), `sync:` (`STAT`/`RECV`/`SEND` under a temp root), and
@@ -32,6 +33,9 @@ pub struct Phone {
     pub opened: Vec<String>,
     /// HTTP requests seen on localabstract sockets (request line).
     pub http: Vec<String>,
+    /// JSON body the sockets answer with (`request` and `socket` are added);
+    /// default `{"ok":true}`.
+    pub http_reply: Option<serde_json::Value>,
 }
 
 pub struct FakeAdbd {
@@ -247,7 +251,10 @@ async fn serve(service: String, mut s: Stream, phone: Arc<Mutex<Phone>>, root: P
         }
         let line = String::from_utf8_lossy(&req).lines().next().unwrap_or("").to_string();
         phone.lock().unwrap().http.push(line.clone());
-        let body = serde_json::json!({"ok": true, "request": line, "socket": service}).to_string();
+        let mut body = phone.lock().unwrap().http_reply.clone().unwrap_or_else(|| serde_json::json!({"ok": true}));
+        body["request"] = serde_json::json!(line);
+        body["socket"] = serde_json::json!(service);
+        let body = body.to_string();
         let reply = format!("HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
         let _ = s.write(reply.as_bytes()).await;
         s.close();
