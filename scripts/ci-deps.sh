@@ -2,13 +2,17 @@
 # System packages the test suite needs on a clean machine (Debian):
 # - chromium: the Web provider's scenarios run in real headless Chromium;
 # - nodejs / python3: script extraction runs JavaScript and Python in child processes;
-# - e2fsprogs (chattr): the FactStore recovery test makes WAL files immutable.
+# - e2fsprogs (chattr): the FactStore recovery test makes WAL files immutable;
+# - adb / busybox-static: the Android simulator (sim/android) runs behind the real adb
+#   server and gives each device a busybox userland.
 set -euo pipefail
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 command -v chattr >/dev/null 2>&1 || need+=(e2fsprogs)
+command -v adb >/dev/null 2>&1 || need+=(adb)
+{ [ -x /usr/bin/busybox ] || [ -x /bin/busybox ]; } || need+=(busybox-static)
 if [ ${#need[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

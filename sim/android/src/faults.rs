@@ -1,0 +1,34 @@
+//! Injected faults, set through the control interface and consumed by the
+//! code paths they disturb (SDK server, dumpsys, the adb listener).
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Default, Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Faults {
+    /// Every SDK reply waits this long (slow SDK).
+    pub sdk_delay_ms: u64,
+    /// The next N SDK requests take effect, then the connection closes without a reply.
+    pub sdk_drop_replies: u32,
+    /// `dumpsys` waits this long before answering.
+    pub dumpsys_delay_ms: u64,
+    /// The next N `dumpsys` outputs are truncated garbage.
+    pub dumpsys_malformed: u32,
+    /// After the next `dumpsys window`, this package comes to the foreground
+    /// ("" = launcher): a foreground change during verification.
+    pub foreground_after_dumpsys: Option<String>,
+    /// After the next `dumpsys window`, the foreground app's process restarts (new pid/start time/epoch).
+    pub restart_after_dumpsys: bool,
+}
+
+impl Faults {
+    /// Takes one unit of a countdown fault.
+    pub fn take(counter: &mut u32) -> bool {
+        if *counter > 0 {
+            *counter -= 1;
+            true
+        } else {
+            false
+        }
+    }
+}

@@ -1,0 +1,11 @@
+//! Integration tests of aab-android-sim against the REAL adb server (Debian
+//! `adb`): each test starts its own server on a private port with its own HOME,
+//! connects to in-process simulated devices and checks real behaviour; the
+//! server is killed and the simulator shut down at the end (no process left).
+
+mod adbd;
+mod apps;
+mod control;
+mod sdk;
+mod support;
+mod userland;
