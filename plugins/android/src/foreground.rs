@@ -221,7 +221,17 @@ async fn window(device: &impl ShellText, deadline: Deadline) -> Result<Option<Fo
 async fn process(device: &impl ShellText, pid: u32, deadline: Deadline) -> Result<ProcessIdentity> {
     let stat = format!("/proc/{pid}/stat");
     let status = format!("/proc/{pid}/status");
-    parse_proc(&device.text(&["cat", "/proc/sys/kernel/random/boot_id", &stat, &status], deadline).await?, pid)
+    match device.text(&["cat", "/proc/sys/kernel/random/boot_id", &stat, &status], deadline).await {
+        Ok(text) => parse_proc(&text, pid),
+        // The window's process is gone between the window read and this one.
+        Err(e) if e.error == FOREGROUND_IDENTITY_UNAVAILABLE && e.message.contains(&format!("/proc/{pid}/")) => Err(ProviderError::new(
+            FOREGROUND_PROCESS_CHANGED_DURING_VERIFICATION,
+            format!("the focused window's process {pid} ended while it was being verified"),
+        )
+        .with_details(json!({"pid": pid, "reason": e.message}))
+        .not_dispatched()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Probe the foreground; `Ok(None)` when no window has focus.

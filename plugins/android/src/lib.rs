@@ -19,6 +19,8 @@ mod device_tests;
 #[allow(dead_code)]
 mod foreground;
 mod manifest;
+#[cfg(test)]
+mod sim_tests;
 #[allow(dead_code)]
 mod sdk;
 #[cfg(test)]
