@@ -206,3 +206,66 @@ fn android_two_phones_need_a_serial_and_mcp_reaches_the_named_one() {
     assert!(a.phone.lock().unwrap().http.is_empty(), "ground truth: only the named phone was asked");
     w.fails("status", json!({"packageName": PKG, "serial": "127.0.0.1:1"}), "device_not_found");
 }
+
+// ------------------------------------------------------------ the simulated phone
+
+const SAMPLE: &str = "com.example.aab.sample";
+
+/// The simulator (sim/android) with one device, connected to this world's server.
+fn simulated(w: &World) -> aab_android_sim::Simulator {
+    let sim = w.rt.block_on(aab_android_sim::Simulator::start(aab_android_sim::Options::default())).expect("start the simulator (root, adb, busybox-static)");
+    let serial = sim.devices[0].serial.clone();
+    let said = w.adb(&["connect", &serial]);
+    assert!(said.contains("connected to"), "{said}");
+    w.wait_online(&serial);
+    sim
+}
+
+impl World {
+    fn wait_online(&self, serial: &str) {
+        let until = Instant::now() + Duration::from_secs(15);
+        while !self.adb(&["devices"]).lines().any(|l| l.starts_with(serial) && l.ends_with("device")) {
+            assert!(Instant::now() < until, "{serial} never came online");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn sim_epoch(w: &World, sim: &aab_android_sim::Simulator) -> String {
+    let state = w.rt.block_on(sim.control(json!({"op": "state"})));
+    state["apps"].as_array().unwrap().iter().find(|a| a["package"] == json!(SAMPLE)).unwrap()["runtimeEpoch"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn android_status_on_the_simulator_follows_restart_and_reboot() {
+    let w = World::new();
+    let mut sim = simulated(&w);
+    let serial = sim.devices[0].serial.clone();
+    let status = w.ok("status", json!({"packageName": SAMPLE}));
+    let epoch = sim_epoch(&w, &sim);
+    assert_eq!(status["debugBridge"]["runtimeEpoch"], json!(epoch), "{status}");
+    assert_eq!(status["app"]["packageName"], json!(SAMPLE));
+
+    // The app restarts: the next status reaches the new process (new runtimeEpoch).
+    w.rt.block_on(sim.control(json!({"op": "restart", "package": SAMPLE})));
+    let status = w.ok("status", json!({"packageName": SAMPLE, "serial": serial}));
+    let new_epoch = sim_epoch(&w, &sim);
+    assert_ne!(new_epoch, epoch);
+    assert_eq!(status["debugBridge"]["runtimeEpoch"], json!(new_epoch), "{status}");
+
+    // The phone reboots: a read while it is away fails without dispatch; once it is
+    // back (reconnected) the read works again, against a new boot.
+    let boot = w.rt.block_on(sim.control(json!({"op": "state"})))["bootId"].clone();
+    w.rt.block_on(sim.control(json!({"op": "reboot", "offlineMs": 3000})));
+    let (body, run) = w.run("status", json!({"packageName": SAMPLE, "serial": serial, "adbTimeoutMs": 2000}));
+    let facts = error_facts(&body).clone();
+    w.env.check(run.exit() != 0 && facts["error"] == json!("device_offline") && facts["dispatched"] == json!(false), &run, "status during a reboot: device_offline, not dispatched");
+    std::thread::sleep(Duration::from_millis(3100));
+    let _ = w.adb(&["disconnect", &serial]);
+    w.adb(&["connect", &serial]);
+    w.wait_online(&serial);
+    let status = w.ok("status", json!({"packageName": SAMPLE, "serial": serial}));
+    assert_eq!(status["debugBridge"]["runtimeEpoch"], json!(sim_epoch(&w, &sim)));
+    assert_ne!(w.rt.block_on(sim.control(json!({"op": "state"})))["bootId"], boot);
+    sim.shutdown();
+}
