@@ -269,3 +269,17 @@ fn android_status_on_the_simulator_follows_restart_and_reboot() {
     assert_ne!(w.rt.block_on(sim.control(json!({"op": "state"})))["bootId"], boot);
     sim.shutdown();
 }
+
+#[test]
+fn android_status_against_a_slow_sdk_ends_at_its_deadline() {
+    let w = World::new();
+    let sim = simulated(&w);
+    w.rt.block_on(sim.control(json!({"op": "faults", "set": {"sdkDelayMs": 20000}})));
+    let (body, run) = w.run("status", json!({"packageName": SAMPLE, "timeoutMs": 1500}));
+    let facts = error_facts(&body).clone();
+    w.env.check(run.exit() != 0 && facts["error"] == json!("deadline_exceeded") && facts["dispatched"] == json!(false), &run, "a slow SDK ends the read at its deadline, not dispatched");
+    // The plugin dropped the read (its lane is free): the next read on the same target,
+    // with its own default deadline, succeeds instead of queueing behind a 20 s wait.
+    w.rt.block_on(sim.control(json!({"op": "faults", "reset": true})));
+    w.ok("status", json!({"packageName": SAMPLE}));
+}
