@@ -151,10 +151,17 @@ pub fn package(ph: &Phone, pkg: Option<&str>) -> String {
     for a in &apps {
         package_block(&mut s, a, ph.sdk_int);
     }
-    if apps.is_empty() && pkg.is_some() {
+    if pkg == Some(LAUNCHER_PKG) {
+        let _ = write!(
+            s,
+            "  Package [{LAUNCHER_PKG}] (2f3e4d5):\n    appId={LAUNCHER_UID}\n    pkg=Package{{6a5b4c3 {LAUNCHER_PKG}}}\n    codePath=/system_ext/priv-app/Launcher3QuickStep\n    versionCode=34 minSdk=34 targetSdk=34\n    versionName=14\n    flags=[ SYSTEM HAS_CODE ALLOW_CLEAR_USER_DATA ]\n    User 0: ceDataInode=4242 installed=true hidden=false suspended=false distractionFlags=0 stopped=false notLaunched=false enabled=0 instant=false virtual=false\n      runtime permissions:\n"
+        );
+        return s;
+    }
+    if let (true, Some(p)) = (apps.is_empty(), pkg) {
         s.truncate(0);
         s.push_str("Dexopt state:\n  Unable to find package: ");
-        s.push_str(pkg.unwrap());
+        s.push_str(p);
         s.push('\n');
     }
     s

@@ -8,7 +8,7 @@
 //! `services` (shell/exec, sync, sockets, abb), `rootfs` (device root), `tools`
 //! (Android tools behind the shim), `phone` (app/screen model), `lifecycle`
 //! (processes, /proc, reboot), `dumpsys`/`uiautomator`/`screencap` (stock
-//! renderings), `sdk` (the app SDK's HTTP dialect), `control`, `scenario`, `faults`.
+//! renderings), `sdk` (the app SDK's HTTP dialect), `sdk_actions` (its native managed actions), `control`, `scenario`, `faults`.
 
 mod adbd;
 pub mod control;
@@ -21,6 +21,7 @@ pub mod rootfs;
 pub mod scenario;
 mod screencap;
 mod sdk;
+mod sdk_actions;
 mod services;
 mod tools;
 mod uiautomator;

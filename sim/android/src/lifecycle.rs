@@ -20,6 +20,9 @@ fn proc_path(dev: &Device, rel: &str) -> std::path::PathBuf {
 
 pub fn write_boot_files(dev: &Device) {
     let _ = write_atomic(&proc_path(dev, "sys/kernel/random/boot_id"), format!("{}\n", dev.boot_id()).as_bytes());
+    // The launcher is a process too (foreground identity on the home screen).
+    let launcher = Proc { pid: crate::dumpsys::LAUNCHER_PID, start_ticks: 2, epoch: String::new(), window_token: String::new(), activity_token: String::new(), session_token: String::new() };
+    write_proc_files(dev, crate::dumpsys::LAUNCHER_PKG, crate::dumpsys::LAUNCHER_UID, &launcher, false);
     write_uptime(dev);
     write_net_unix(dev);
 }
@@ -130,6 +133,31 @@ pub fn stop_process(dev: &Arc<Device>, idx: usize, reason: &str) {
     dev.record("process-stop", json!({ "package": package, "pid": p.pid, "reason": reason }));
 }
 
+/// `kill -SIG PID` on an app process (through `run-as PKG kill`): STOP/CONT
+/// freeze and thaw it (`/proc/<pid>/stat` state T), KILL/TERM end it.
+pub fn signal(dev: &Arc<Device>, package: &str, pid: u32, sig: &str) -> Result<(), String> {
+    let idx = dev.phone.lock().unwrap().apps.iter().position(|a| a.package == package && a.process.as_ref().is_some_and(|p| p.pid == pid));
+    let Some(idx) = idx else { return Err(format!("kill: {pid}: No such process")) };
+    let sig = sig.trim_start_matches('-').trim_start_matches("SIG").to_uppercase();
+    match sig.as_str() {
+        "STOP" | "19" | "CONT" | "18" => {
+            let frozen = matches!(sig.as_str(), "STOP" | "19");
+            let (uid, p) = {
+                let mut ph = dev.phone.lock().unwrap();
+                let app = &mut ph.apps[idx];
+                app.frozen = frozen;
+                (app.uid(), app.process.clone().unwrap())
+            };
+            write_proc_files(dev, package, uid, &p, frozen);
+        }
+        "KILL" | "9" | "TERM" | "15" | "" => stop_process(dev, idx, "signal"),
+        "0" => {}
+        other => return Err(format!("kill: unknown signal {other}")),
+    }
+    dev.record("signal", json!({ "package": package, "pid": pid, "signal": sig }));
+    Ok(())
+}
+
 /// Brings an app to the foreground (starting it), optionally on an activity's screen.
 pub fn launch(dev: &Arc<Device>, package: &str, activity: Option<&str>) -> Result<String, String> {
     let idx = dev.phone.lock().unwrap().app_index(package).ok_or_else(|| format!("Error: Activity class {{{package}/{}}} does not exist.", activity.unwrap_or("?")))?;
@@ -141,12 +169,11 @@ pub fn launch(dev: &Arc<Device>, package: &str, activity: Option<&str>) -> Resul
         if !app.spec.activities.iter().any(|a| app.activity_class(a) == full) {
             return Err(format!("Error: Activity class {{{package}/{full}}} does not exist."));
         }
-        if app.current_activity().as_deref() != Some(&full) {
-            if let Some(i) = app.spec.screens.iter().position(|s| s.activity.as_ref().map(|a| app.activity_class(a)).or_else(|| app.launcher().map(|l| app.activity_class(&l))) == Some(full.clone())) {
+        if app.current_activity().as_deref() != Some(&full)
+            && let Some(i) = app.spec.screens.iter().position(|s| s.activity.as_ref().map(|a| app.activity_class(a)).or_else(|| app.launcher().map(|l| app.activity_class(&l))) == Some(full.clone())) {
                 app.screen = i;
                 app.focused = None;
             }
-        }
     }
     let component = format!("{package}/{}", app.current_activity().unwrap_or_default());
     let pid = app.process.as_ref().map(|p| p.pid).unwrap_or(0);

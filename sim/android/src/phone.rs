@@ -25,6 +25,9 @@ pub struct Phone {
     pub logcat: Vec<LogLine>,
     /// Installed APKs without a scenario entry: sha256 → package.
     pub extra_installs: Vec<(String, String)>,
+    /// `pm install-create` sessions: id → bytes written so far.
+    pub install_sessions: BTreeMap<u32, Vec<u8>>,
+    pub next_session: u32,
 }
 
 pub struct App {
@@ -293,12 +296,11 @@ impl App {
             effects.push(json!({ "focus": node.id }));
         }
         let Some(action) = node.on_tap.clone() else { return json!(effects) };
-        if action.toggle {
-            if let Some(id) = &node.id {
+        if action.toggle
+            && let Some(id) = &node.id {
                 self.checked.insert(id.clone(), !node.checked);
                 effects.push(json!({ "checked": !node.checked }));
             }
-        }
         for (kind, v) in [("network", &action.network), ("log", &action.log), ("state", &action.state), ("event", &action.event)] {
             if let Some(v) = v {
                 let rec = fill_value(v, &self.values);
@@ -306,13 +308,12 @@ impl App {
                 effects.push(json!({ kind: item }));
             }
         }
-        if let Some(goto) = &action.goto {
-            if let Some(i) = self.spec.screens.iter().position(|s| &s.name == goto) {
+        if let Some(goto) = &action.goto
+            && let Some(i) = self.spec.screens.iter().position(|s| &s.name == goto) {
                 self.screen = i;
                 self.focused = None;
                 effects.push(json!({ "screen": goto }));
             }
-        }
         json!(effects)
     }
 }
@@ -393,6 +394,8 @@ impl Phone {
             next_task: 10,
             logcat: vec![],
             extra_installs: vec![],
+            install_sessions: BTreeMap::new(),
+            next_session: 1_000_000,
         }
     }
 

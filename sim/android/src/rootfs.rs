@@ -24,12 +24,15 @@ const HOST_EXTRAS: &[&str] = &["flock", "nohup"];
 /// replays stderr and the exit code the simulator left in `/dev/.simtool`.
 const SIMTOOL: &str = r#"#!/system/bin/sh
 # aab-android-sim tool shim: the simulator answers Android tools (see sim/android/README.md).
+# Builtins only where possible: every fork costs a few milliseconds per tool call.
 d=/dev/.simtool
+read t < $d/token
+read p < $d/port
 n=${0##*/}
 if [ "$n" = simtool ]; then n=$1; shift; fi
-{ printf '%s\n%s\n%s\n%s\n' "$(cat $d/token)" "$$" "$PWD" "$(($# + 1))"; printf '%s\0' "$n" "$@"; } | nc 127.0.0.1 "$(cat $d/port)"
-[ -f $d/$$.err ] && cat $d/$$.err >&2
-rc=$(cat $d/$$.rc 2>/dev/null || echo 255)
+{ printf '%s\n%s\n%s\n%s\n' "$t" "$$" "$PWD" "$(($# + 1))"; printf '%s\0' "$n" "$@"; } | nc 127.0.0.1 $p
+[ -s $d/$$.err ] && cat $d/$$.err >&2
+read rc < $d/$$.rc || rc=255
 rm -f $d/$$.rc $d/$$.err
 exit $rc
 "#;
@@ -39,6 +42,8 @@ exit $rc
 const RUN_AS: &str = r#"#!/system/bin/sh
 /system/bin/simtool run-as "$@" || exit $?
 p=$1; shift
+# `kill` is a shell builtin; signals to app processes go to the simulator.
+if [ "$1" = kill ]; then shift; exec /system/bin/simtool sim-kill "$p" "$@"; fi
 cd /data/user/0/$p || exit 1
 if [ $# -eq 0 ]; then exec /system/bin/sh; fi
 exec "$@"
@@ -224,8 +229,8 @@ pub fn resolve(root: &Path, dev_path: &str, follow_last: bool) -> PathBuf {
             candidate.push(p);
         }
         candidate.push(&part);
-        if (!is_last || follow_last) && hops < 40 {
-            if let Ok(target) = std::fs::read_link(&candidate) {
+        if (!is_last || follow_last) && hops < 40
+            && let Ok(target) = std::fs::read_link(&candidate) {
                 hops += 1;
                 let t = target.to_string_lossy().to_string();
                 if t.starts_with('/') {
@@ -240,7 +245,6 @@ pub fn resolve(root: &Path, dev_path: &str, follow_last: bool) -> PathBuf {
                 }
                 continue;
             }
-        }
         parts.push(part);
     }
     let mut out = root.to_path_buf();

@@ -12,6 +12,7 @@ pub const SAMPLE: &str = include_str!("../scenarios/sample.json");
 
 #[derive(Deserialize, Clone, Debug)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[derive(Default)]
 pub struct Scenario {
     pub device: DeviceSpec,
     pub apps: Vec<AppSpec>,
@@ -19,11 +20,6 @@ pub struct Scenario {
     pub foreground: Option<String>,
 }
 
-impl Default for Scenario {
-    fn default() -> Self {
-        Scenario { device: DeviceSpec::default(), apps: vec![], foreground: None }
-    }
-}
 
 impl Scenario {
     pub fn sample() -> Scenario {

@@ -98,11 +98,10 @@ async fn read_request(io: &mut DuplexStream) -> Option<Request> {
     let target = rl.next()?.to_string();
     let mut len = 0usize;
     for l in lines {
-        if let Some((k, v)) = l.split_once(':') {
-            if k.trim().eq_ignore_ascii_case("content-length") {
+        if let Some((k, v)) = l.split_once(':')
+            && k.trim().eq_ignore_ascii_case("content-length") {
                 len = v.trim().parse().ok()?;
             }
-        }
     }
     let mut body = buf[head_end + 4..].to_vec();
     while body.len() < len {
@@ -126,7 +125,10 @@ async fn serve(dev: Arc<Device>, package: String, epoch: String, version: String
         let _ = io.shutdown().await;
         return;
     };
-    let (status, body) = route(&dev, &package, &epoch, &version, &req);
+    let (status, body) = match (req.method.as_str(), req.path.as_str()) {
+        ("POST", p) if p.starts_with("/v1/action/") => crate::sdk_actions::handle(&dev, &package, &epoch, &req.path, &req.body),
+        _ => route(&dev, &package, &epoch, &version, &req),
+    };
     dev.record("sdk-request", json!({ "package": package, "runtimeEpoch": epoch, "method": req.method, "path": req.path, "status": status }));
     let (delay, drop_reply) = {
         let mut f = dev.faults.lock().unwrap();
@@ -239,7 +241,7 @@ fn uuid_from(seed: &str) -> String {
     format!("{}-{}-4{}-a{}-{}", &x[0..8], &x[8..12], &x[13..16], &x[17..20], &x[20..32])
 }
 
-fn view_tree(ph: &crate::phone::Phone, idx: usize, fg: bool, epoch: &str) -> Value {
+pub fn view_tree(ph: &crate::phone::Phone, idx: usize, fg: bool, epoch: &str) -> Value {
     let app = &ph.apps[idx];
     let tree = if fg { app.tree(ph.width, ph.height) } else { None };
     let Some(tree) = tree else { return json!({ "ok": false, "error": "no_current_activity" }) };

@@ -88,8 +88,28 @@ pub async fn run(dev: Arc<Device>, mode: ShellMode, command: String, io: DuplexS
     let (mut rd, wr) = tokio::io::split(io);
     let out: Out = Arc::new(Mutex::new(wr));
     let mut cmd = device_sh(&dev, &command);
-    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(false);
-    let mut child = match cmd.spawn() {
+    cmd.stdin(Stdio::piped()).kill_on_drop(false);
+    // Raw modes merge stderr into stdout at the descriptor level (one pipe), as adbd does, so their order is kept.
+    let merged = match mode {
+        ShellMode::V2 => {
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+            None
+        }
+        ShellMode::Raw { .. } => match std::io::pipe().and_then(|(r, w)| Ok((r, w.try_clone()?, w))) {
+            Ok((r, w1, w2)) => {
+                cmd.stdout(w1).stderr(w2);
+                Some(r)
+            }
+            Err(_) => {
+                cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+                None
+            }
+        },
+    };
+    let spawned = cmd.spawn();
+    // Our copies of the pipe's write end must go, or the reader never sees EOF.
+    drop(cmd);
+    let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
             let _ = send(&out, mode, ID_STDERR, format!("/system/bin/sh: {e}\n").as_bytes()).await;
@@ -101,12 +121,16 @@ pub async fn run(dev: Arc<Device>, mode: ShellMode, command: String, io: DuplexS
     };
     let pgid = child.id().unwrap_or(0) as i32;
     let mut stdin = child.stdin.take();
-    let err_id = match mode {
-        ShellMode::V2 => ID_STDERR,
-        ShellMode::Raw { .. } => ID_STDOUT,
+    let (mut out_task, mut err_task) = match merged {
+        Some(r) => {
+            let rx = tokio::net::unix::pipe::Receiver::from_owned_fd(std::os::fd::OwnedFd::from(r)).expect("pipe receiver");
+            (tokio::spawn(pump(rx, out.clone(), mode, ID_STDOUT)), tokio::spawn(async { true }))
+        }
+        None => {
+            let err_id = if mode == ShellMode::V2 { ID_STDERR } else { ID_STDOUT };
+            (tokio::spawn(pump(child.stdout.take().unwrap(), out.clone(), mode, ID_STDOUT)), tokio::spawn(pump(child.stderr.take().unwrap(), out.clone(), mode, err_id)))
+        }
     };
-    let mut out_task = tokio::spawn(pump(child.stdout.take().unwrap(), out.clone(), mode, ID_STDOUT));
-    let mut err_task = tokio::spawn(pump(child.stderr.take().unwrap(), out.clone(), mode, err_id));
     // Stdin: v2 packets (0 = data, 4 = close) or raw bytes.
     let input = async move {
         let mut buf = vec![0u8; 64 * 1024];

@@ -37,6 +37,18 @@ pub fn simple(ctx: &Ctx, name: &str, args: &[String]) -> Res {
         "wm" => wm(ctx, args),
         "settings" => settings(ctx, args),
         "run-as" => run_as(ctx, args),
+        "sim-kill" => {
+            let Some(pkg) = args.first() else { return Res::fail(1, "kill: usage\n") };
+            let sig = args.iter().skip(1).find(|a| a.starts_with('-')).map(String::as_str).unwrap_or("-TERM");
+            let mut res = Res::ok("");
+            for pid in args.iter().skip(1).filter(|a| !a.starts_with('-')) {
+                let r = pid.parse::<u32>().map_err(|_| format!("kill: bad pid '{pid}'")).and_then(|p| lifecycle::signal(&ctx.dev, pkg, p, sig));
+                if let Err(e) = r {
+                    res = Res::fail(1, format!("{e}\n"));
+                }
+            }
+            res
+        }
         "abb" => Res::fail(1, "abb: not supported\n"),
         other => Res::fail(127, format!("/system/bin/sh: {other}: inaccessible or not found\n")),
     }
@@ -87,7 +99,7 @@ fn am(ctx: &Ctx, args: &[String]) -> Res {
                 Ok(component) => {
                     let mut out = format!("Starting: {intent}\n");
                     if args.iter().any(|a| a == "-W") {
-                        let short = component.split_once('/').map(|(p, a)| format!("{p}/{}", a.strip_prefix(&format!("{p}")).unwrap_or(a))).unwrap_or(component.clone());
+                        let short = component.split_once('/').map(|(p, a)| format!("{p}/{}", a.strip_prefix(p).unwrap_or(a))).unwrap_or(component.clone());
                         out.push_str(&format!("Status: ok\nLaunchState: {}\nActivity: {short}\nTotalTime: 312\nWaitTime: 318\nComplete\n", if was_running { "WARM" } else { "COLD" }));
                     }
                     Res::ok(out)
@@ -230,9 +242,32 @@ fn pm(ctx: &Ctx, args: &[String]) -> Res {
                 None => Res::ok("No activity found\n"),
             }
         }
-        "install-create" => Res::ok("Success: created install session [1]\n"),
-        "install-write" | "install-abandon" => Res::ok("Success\n"),
-        "install-commit" => Res::ok("Success\n"),
+        "install-create" => {
+            let mut ph = dev.phone.lock().unwrap();
+            ph.next_session += 7;
+            let id = ph.next_session;
+            ph.install_sessions.insert(id, vec![]);
+            Res::ok(format!("Success: created install session [{id}]\n"))
+        }
+        "install-write" => {
+            let (Some(id), Some(path)) = (rest.first().and_then(|s| s.parse::<u32>().ok()), rest.get(2)) else { return Res::fail(1, "Error: usage: pm install-write [-S BYTES] SESSION_ID SPLIT_NAME PATH\n") };
+            if path.as_str() == "-" {
+                return Res::fail(1, "Error: install-write from stdin is not supported by aab-android-sim; write a device path\n");
+            }
+            let bytes = match std::fs::read(dev.host_path(&absolute(&ctx.cwd, path))) {
+                Ok(b) => b,
+                Err(e) => return Res::fail(1, format!("Error: Unable to open file: {path}\nConsider using a file under /data/local/tmp/\n{e}\n")),
+            };
+            let mut ph = dev.phone.lock().unwrap();
+            let Some(sess) = ph.install_sessions.get_mut(&id) else { return Res::fail(255, format!("Exception occurred while executing 'install-write':\njava.lang.SecurityException: Caller has no access to session {id}\n")) };
+            sess.extend_from_slice(&bytes);
+            Res::ok(format!("Success: streamed {} bytes\n", bytes.len()))
+        }
+        "install-commit" | "install-abandon" => {
+            let Some(id) = rest.first().and_then(|s| s.parse::<u32>().ok()) else { return Res::fail(1, "Error: missing session id\n") };
+            let Some(apk) = dev.phone.lock().unwrap().install_sessions.remove(&id) else { return Res::fail(255, format!("Exception occurred while executing '{sub}':\njava.lang.SecurityException: Caller has no access to session {id}\n")) };
+            if sub == "install-abandon" { Res::ok("Success\n") } else { install(ctx, &apk) }
+        }
         "install" => {
             let path = rest.first().map(|s| s.as_str()).unwrap_or("");
             match std::fs::read(ctx.dev.host_path(path)) {
@@ -383,7 +418,7 @@ fn processes(ctx: &Ctx) -> Vec<(u32, u32, String)> {
 fn pidof(ctx: &Ctx, args: &[String]) -> Res {
     let single = args.iter().any(|a| a == "-s");
     let names: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
-    let mut pids: Vec<u32> = processes(ctx).into_iter().filter(|(_, _, n)| names.iter().any(|x| *x == n)).map(|(p, _, _)| p).collect();
+    let mut pids: Vec<u32> = processes(ctx).into_iter().filter(|(_, _, n)| names.contains(&n)).map(|(p, _, _)| p).collect();
     if pids.is_empty() {
         return Res::out_fail(1, "");
     }
@@ -599,7 +634,7 @@ const KEYCODES: &[(&str, u32)] = &[("KEYCODE_HOME", 3), ("KEYCODE_BACK", 4), ("K
 pub async fn input(ctx: &Ctx, args: &[String]) -> Res {
     let dev = &ctx.dev;
     // `input [source] command …`
-    let args: Vec<&String> = args.iter().skip_while(|a| ["touchscreen", "keyboard", "mouse", "touchpad", "dpad", "-d"].contains(&a.as_str()) || a.parse::<i32>().is_ok() && false).collect();
+    let args: Vec<&String> = args.iter().skip_while(|a| ["touchscreen", "keyboard", "mouse", "touchpad", "dpad", "-d"].contains(&a.as_str())).collect();
     let num = |i: usize| args.get(i).and_then(|s| s.parse::<f64>().ok()).map(|v| v as i32);
     match args.first().map(|s| s.as_str()) {
         Some("tap") => {
@@ -718,13 +753,11 @@ pub fn keyevent(dev: &std::sync::Arc<crate::device::Device>, code: u32) {
             }
             3 => to_launcher = true,
             67 => {
-                if let Some(i) = ph.foreground {
-                    if let Some(f) = ph.apps[i].focused.clone() {
-                        if let Some(v) = ph.apps[i].values.get_mut(&f) {
+                if let Some(i) = ph.foreground
+                    && let Some(f) = ph.apps[i].focused.clone()
+                        && let Some(v) = ph.apps[i].values.get_mut(&f) {
                             v.pop();
                         }
-                    }
-                }
             }
             66 => {
                 if let Some(i) = ph.foreground {

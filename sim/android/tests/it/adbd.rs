@@ -111,3 +111,38 @@ fn two_devices_in_one_process() {
     env.shell_on(&serials[0], "echo one > /data/local/tmp/which");
     assert_eq!(env.shell_on(&serials[1], "cat /data/local/tmp/which").2, 1);
 }
+
+/// One request on the adb server's own port protocol (what the provider speaks).
+fn server_request(env: &Env, service: &str) -> std::net::TcpStream {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", env.adb_port)).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    s.write_all(format!("{:04x}{service}", service.len()).as_bytes()).unwrap();
+    let mut okay = [0u8; 4];
+    s.read_exact(&mut okay).unwrap();
+    assert_eq!(&okay, b"OKAY", "{service}");
+    s
+}
+
+#[test]
+fn raw_shell_and_exec_services_through_the_server_port_protocol() {
+    let env = Env::start(1);
+    let serial = env.serial();
+    for (service, want) in [("shell:echo raw; echo err >&2; exit 3", "raw\nerr\n"), ("exec:echo exec", "exec\n")] {
+        let mut s = server_request(&env, &format!("host:transport:{serial}"));
+        s.write_all(format!("{:04x}{service}", service.len()).as_bytes()).unwrap();
+        let mut okay = [0u8; 4];
+        s.read_exact(&mut okay).unwrap();
+        assert_eq!(&okay, b"OKAY");
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        assert_eq!(out, want, "{service}");
+    }
+    // shell v2 on the same kind of connection: stdout packet, then the exit packet.
+    let mut s = server_request(&env, &format!("host:transport:{serial}"));
+    let service = "shell,v2,raw:echo v2; exit 4";
+    s.write_all(format!("{:04x}{service}", service.len()).as_bytes()).unwrap();
+    let mut buf = vec![];
+    s.read_to_end(&mut buf).unwrap();
+    assert_eq!(&buf[..4], b"OKAY");
+    assert_eq!(&buf[4..], [&[1u8, 3, 0, 0, 0][..], b"v2\n", &[3, 1, 0, 0, 0, 4]].concat());
+}

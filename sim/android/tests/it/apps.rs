@@ -210,7 +210,33 @@ fn permissions_appops_and_install() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("Success"), "{:?}", out);
     assert!(env.sh("pm list packages").contains("package:com.example.installed\n"));
     assert_eq!(env.truth("install")[0]["data"]["package"], "com.example.installed");
+    // The session flow the install workflow runs on the device (pm install-create/-write/-commit).
+    std::fs::write(&apk, b"PK\x03\x04 aab-sim-package:com.example.session\0").unwrap();
+    assert!(env.adb(&["-s", &serial, "push", apk.to_str().unwrap(), "/data/local/tmp/base.apk"]).status.success());
+    let created = env.sh("pm install-create -r -S 41");
+    let id = created.trim().strip_prefix("Success: created install session [").and_then(|s| s.strip_suffix(']')).expect("session id").to_string();
+    assert_eq!(env.sh(&format!("pm install-write -S 41 {id} base.apk /data/local/tmp/base.apk")), "Success: streamed 41 bytes\n");
+    assert_eq!(env.sh(&format!("pm install-commit {id}")), "Success\n");
+    assert_eq!(env.shell(&format!("pm install-commit {id}")).2, 255);
+    assert!(env.sh("pm list packages").contains("package:com.example.session\n"));
     let out = env.adb(&["-s", &serial, "uninstall", "com.example.notes"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("Success"), "{:?}", out);
     assert!(!env.sh("pm list packages").contains("com.example.notes"));
+}
+
+#[test]
+fn a_scenario_file_can_describe_a_500_node_screen() {
+    let scenario = aab_android_sim::Scenario::parse(
+        r#"{ "foreground": "com.example.big", "apps": [ { "package": "com.example.big", "activities": [".List"], "sdk": true,
+             "screens": [ { "name": "list", "root": { "class": "android.widget.ScrollView", "id": "list", "bounds": [0, 0, 1080, 2400], "scrollable": true, "repeat": 500 } } ] } ] }"#,
+    )
+    .unwrap();
+    let env = Env::with_scenario(1, scenario);
+    let xml = String::from_utf8_lossy(&env.adb(&["-s", &env.serial(), "exec-out", "uiautomator dump /dev/tty"]).stdout).into_owned();
+    assert_eq!(xml.matches("<node ").count(), 501);
+    assert!(xml.contains("text=\"Row 499\" resource-id=\"com.example.big:id/row_499\""));
+    assert!(env.sh("dumpsys window -a").contains("u0 com.example.big/com.example.big.List}\n"));
+    // Unknown fields in a scenario are rejected with the field named.
+    let err = aab_android_sim::Scenario::parse(r#"{ "apps": [ { "package": "x", "colour": 1 } ] }"#).unwrap_err();
+    assert!(err.contains("colour"), "{err}");
 }

@@ -5,6 +5,7 @@
 
 mod adbd;
 mod apps;
+mod cli;
 mod control;
 mod sdk;
 mod support;

@@ -125,3 +125,54 @@ fn reply_lost_after_the_effect_and_slow_sdk() {
     assert_eq!(http(port, "GET", "/v1/status", None).0, 200);
     assert_eq!(env.state()["faults"]["sdkDelayMs"], 200);
 }
+
+fn exec(id: &str, epoch: &str) -> Value {
+    json!({ "schemaVersion": "aab.native-execution/v1", "actionId": id, "runtimeEpoch": epoch, "timeoutMs": 10000 })
+}
+
+#[test]
+fn native_managed_actions_settle_once_and_cancel_recovers_a_lost_receipt() {
+    let env = Env::start(1);
+    let d = descriptor(&env);
+    let epoch = d["runtimeEpoch"].as_str().unwrap().to_string();
+    let port = forward(&env, d["socketName"].as_str().unwrap());
+    let post = |path: &str, body: Value| http(port, "POST", path, Some(&body.to_string())).1;
+    // Input into the email field by selector, then tap "Sign in" by selector.
+    let r = post("/v1/action/input-target", json!({ "selector": { "resourceName": "com.example.aab.sample:id/email" }, "text": "bob@example.com", "actionId": "a1", "execution": exec("a1", &epoch) }));
+    assert_eq!((r["ok"].as_bool(), r["dispatched"].as_bool(), r["settled"].as_bool(), r["textLength"].as_u64()), (Some(true), Some(true), Some(true), Some(15)), "{r}");
+    assert_eq!(r["execution"], json!({ "schemaVersion": "aab.native-execution/v1", "actionId": "a1", "runtimeEpoch": epoch, "settled": true }));
+    // The reply of the next action is lost after its effect; one cancel with the same identity returns the receipt.
+    env.control(json!({ "op": "faults", "set": { "sdkDropReplies": 1 } }));
+    let body = json!({ "selector": { "text": "Sign in" }, "actionId": "a2", "execution": exec("a2", &epoch) }).to_string();
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(format!("POST /v1/action/tap-target HTTP/1.1\r\nContent-Length: {}\r\n\r\n{body}", body.len()).as_bytes()).unwrap();
+    let mut buf = vec![];
+    assert_eq!(s.read_to_end(&mut buf).unwrap_or(0), 0);
+    let c = post("/v1/action/cancel", json!({ "actionId": "a2", "runtimeEpoch": epoch }));
+    assert_eq!(c["ok"], true);
+    let receipt = &c["executionResult"];
+    assert_eq!((receipt["actionId"].as_str(), receipt["ok"].as_bool(), receipt["targetValidation"].as_str()), (Some("a2"), Some(true), Some("aab.native-target/v1")));
+    assert_eq!(receipt["target"]["resourceName"], "com.example.aab.sample:id/sign_in");
+    let st = env.state();
+    assert_eq!(st["apps"][0]["screen"], "welcome");
+    assert_eq!(st["apps"][0]["capture"]["network"][0]["requestBody"], "{\"email\":\"bob@example.com\"}");
+    // Rejections before admission have no `execution` member.
+    let r = post("/v1/action/tap", json!({ "x": 1, "y": 1, "actionId": "a2", "execution": exec("a2", &epoch) }));
+    assert_eq!(r, json!({ "ok": false, "error": "native_action_id_reused", "message": "Native execution rejected: native_action_id_reused", "dispatched": false, "ambiguous": false }));
+    let r = post("/v1/action/tap", json!({ "x": 1, "y": 1, "actionId": "a3", "execution": exec("a3", "1700000000000-00000000-0000-4000-8000-000000000000") }));
+    assert_eq!(r["error"], "native_runtime_changed");
+    let mut bad = exec("a4", &epoch);
+    bad["extra"] = json!(1);
+    assert_eq!(post("/v1/action/tap", json!({ "x": 1, "y": 1, "actionId": "a4", "execution": bad }))["error"], "invalid_native_execution");
+    // A target that is not there settles as a failure, not dispatched.
+    let r = post("/v1/action/tap-target", json!({ "selector": { "text": "Nope" }, "actionId": "a5", "execution": exec("a5", &epoch) }));
+    assert_eq!((r["ok"].as_bool(), r["error"].as_str(), r["dispatched"].as_bool(), r["settled"].as_bool()), (Some(false), Some("native_selector_not_found"), Some(false), Some(true)));
+    assert_eq!(post("/v1/action/cancel", json!({ "actionId": "a2", "runtimeEpoch": epoch }))["error"], "native_action_not_active");
+    // Coordinate tap through the SDK is a real tap in ground truth.
+    let r = post("/v1/action/tap", json!({ "x": 540, "y": 470, "actionId": "a6", "execution": exec("a6", &epoch) }));
+    assert_eq!((r["ok"].as_bool(), r["targetValidation"].as_str()), (Some(true), Some("coordinates")));
+    assert_eq!(env.truth("tap").last().unwrap()["data"]["hit"]["id"], "sign_out");
+    let settled: Vec<Value> = env.state()["apps"][0]["capture"]["events"].as_array().unwrap().iter().filter(|e| e["name"] == "native.action.settled").cloned().collect();
+    assert_eq!(settled.len(), 4);
+}

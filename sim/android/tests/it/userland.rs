@@ -95,3 +95,25 @@ fn proc_files_match_the_simulated_processes() {
     assert!(out.contains(&format!("\nPid:\t{pid}\n")) && out.contains("\nUid:\t10123\t10123\t10123\t10123\n"), "{out}");
     assert!(env.sh("cat /proc/net/unix").contains("@aab-sdk-"));
 }
+
+#[test]
+fn run_as_kill_freezes_thaws_and_kills_the_app_process() {
+    let env = Env::start(1);
+    let pid = env.sh("pidof com.example.aab.sample").trim().to_string();
+    env.sh(&format!("run-as com.example.aab.sample kill -SIGSTOP {pid}"));
+    assert!(env.sh(&format!("cat /proc/{pid}/stat")).starts_with(&format!("{pid} (mple.aab.sample) T ")));
+    assert!(env.sh(&format!("cat /proc/{pid}/status")).contains("State:\tT (stopped)"));
+    env.sh(&format!("run-as com.example.aab.sample kill -SIGCONT {pid}"));
+    assert!(env.sh(&format!("cat /proc/{pid}/stat")).starts_with(&format!("{pid} (mple.aab.sample) S ")));
+    let (_, e, c) = env.shell("run-as com.example.aab.sample kill -9 1");
+    assert_eq!((e.as_str(), c), ("kill: 1: No such process\n", 1));
+    env.sh(&format!("run-as com.example.aab.sample kill -9 {pid}"));
+    assert_eq!(env.shell("pidof com.example.aab.sample").2, 1);
+    let sig: Vec<String> = env.truth("signal").iter().map(|r| r["data"]["signal"].as_str().unwrap().to_string()).collect();
+    assert_eq!(sig, ["STOP", "CONT", "9"]);
+    // The home screen has a process and a package too.
+    let out = env.sh("dumpsys window -a");
+    assert!(out.contains("mCurrentFocus=Window{9e1f2a3 u0 com.android.launcher3/"), "{out}");
+    assert!(env.sh("cat /proc/1987/status").contains("\nUid:\t10070\t10070\t10070\t10070\n"));
+    assert!(env.sh("dumpsys package com.android.launcher3").contains("\n    appId=10070\n"));
+}
