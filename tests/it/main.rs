@@ -3,6 +3,7 @@
 //! Build the whole workspace first — the `aab` binary and the fixture cdylibs come
 //! from other crates: `cargo build --workspace --all-targets && cargo test -p aab-e2e`.
 
+mod android;
 mod facts;
 mod foundation;
 mod hostile;
