@@ -13,6 +13,13 @@ pub const DEFAULT_ADB_TIMEOUT_MS: u64 = 15_000;
 pub fn manifest() -> Manifest {
     let mut m = Manifest::new("android", env!("CARGO_PKG_VERSION"));
     m.platforms = vec!["android".to_string()];
+    // `script.target` of an app on a device: its identity defaults `serial`/`packageName`
+    // of every ctx.call; `adb` and `port` are optional connection fields.
+    m.targets = vec![
+        aab_plugin_api::protocol::ExecutionTarget::new("android", ["serial", "packageName"])
+            .connection("adb", serde_json::json!({"type": "string", "minLength": 1, "maxLength": 4096, "description": "connection option of this platform"}))
+            .connection("port", serde_json::json!({"type": "integer", "minimum": 1, "maximum": 65535})),
+    ];
     m
 }
 
