@@ -165,64 +165,32 @@ fn platform_name(s: &str) -> bool {
     c.next().is_some_and(|f| f.is_ascii_lowercase()) && s.len() <= 64 && c.all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '-' || ch == '_')
 }
 
-fn java_package(s: &str) -> bool {
-    let parts: Vec<&str> = s.split('.').collect();
-    parts.len() >= 2
-        && parts.iter().all(|p| {
-            let mut c = p.chars();
-            c.next().is_some_and(|f| f.is_ascii_alphabetic()) && c.all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
-        })
-}
-
 /// The identity key of a platform target (`<platform>:<JSON array of identity
 /// fields>`), or why the target is invalid.
+///
+/// The rule names no platform: every field but `platform` identifies the target,
+/// in key order (a `null` field is the same as an absent one), each an identity
+/// string or a non-negative integer. Which fields a platform's targets have, and
+/// their finer formats, are the plugin manifest's business (its `targets` and
+/// Intent `targetSchema`, validated by the host before anything is recorded), so
+/// an archive verifies offline without knowing any plugin.
 pub fn target_identity(target: &Value) -> Result<String, String> {
     let t = target.as_object().ok_or("a target must be an object")?;
     let platform = t.get("platform").and_then(Value::as_str).ok_or("`platform` must be a platform name")?;
-    let ids: Vec<Value> = match platform {
-        "android" => {
-            let serial = identity(t, "serial")?;
-            let package = identity(t, "packageName")?;
-            if !java_package(package) {
-                return Err("`packageName` must be a dotted Java package name".into());
-            }
-            vec![json!(serial), json!(package)]
-        }
-        "ios" => vec![json!(identity(t, "deviceId")?), json!(identity(t, "bundleId")?)],
-        "web" => {
-            let session = identity(t, "sessionId")?;
-            let epoch = match t.get("runtimeEpoch") {
-                Some(Value::Number(n)) if n.as_u64().is_some() => Value::Number(n.clone()),
-                Some(Value::String(_)) => json!(identity(t, "runtimeEpoch")?),
-                _ => return Err("`runtimeEpoch` must be an identity string or a non-negative integer".into()),
-            };
-            let target_id = match t.get("targetId") {
-                None | Some(Value::Null) => Value::Null,
-                Some(_) => json!(identity(t, "targetId")?),
-            };
-            vec![json!(session), epoch, target_id]
-        }
-        // Any other platform (a provider's own, declared in its manifest): every
-        // field but `platform` identifies the target, in key order, so the identity
-        // needs no knowledge of the platform (archives verify offline).
-        other => {
-            if !platform_name(other) {
-                return Err("`platform` must be a platform name (lowercase letters, digits, `-`, `_`; at most 64)".into());
-            }
-            let mut keys: Vec<&String> = t.keys().filter(|k| *k != "platform").collect();
-            keys.sort();
-            let mut ids = Map::new();
-            for k in keys {
-                let v = match &t[k.as_str()] {
-                    Value::Number(n) if n.as_u64().is_some() => Value::Number(n.clone()),
-                    _ => json!(identity(t, k)?),
-                };
-                ids.insert(k.clone(), v);
-            }
-            vec![Value::Object(ids)]
-        }
-    };
-    Ok(format!("{platform}:{}", Value::Array(ids)))
+    if !platform_name(platform) {
+        return Err("`platform` must be a platform name (lowercase letters, digits, `-`, `_`; at most 64)".into());
+    }
+    let mut keys: Vec<&String> = t.keys().filter(|k| *k != "platform" && !t[k.as_str()].is_null()).collect();
+    keys.sort();
+    let mut ids = Map::new();
+    for k in keys {
+        let v = match &t[k.as_str()] {
+            Value::Number(n) if n.as_u64().is_some() => Value::Number(n.clone()),
+            _ => json!(identity(t, k)?),
+        };
+        ids.insert(k.clone(), v);
+    }
+    Ok(format!("{platform}:{}", Value::Array(vec![Value::Object(ids)])))
 }
 
 fn required_fields(kind: &str) -> &'static [&'static str] {
@@ -582,12 +550,16 @@ mod tests {
     #[test]
     fn target_identities() {
         assert_eq!(
-            target_identity(&json!({"platform": "android", "serial": "emu-1", "packageName": "com.x.app"})).unwrap(),
-            r#"android:["emu-1","com.x.app"]"#
+            target_identity(&json!({"platform": "phone", "serial": "emu-1", "packageName": "com.x.app"})).unwrap(),
+            r#"phone:[{"packageName":"com.x.app","serial":"emu-1"}]"#
         );
-        assert_eq!(target_identity(&json!({"platform": "web", "sessionId": "s", "runtimeEpoch": 3})).unwrap(), r#"web:["s",3,null]"#);
-        assert!(target_identity(&json!({"platform": "android", "serial": "a b", "packageName": "com.x"})).is_err());
-        assert!(target_identity(&json!({"platform": "android", "serial": "a", "packageName": "nodots"})).is_err());
+        // A null field is an absent one: the same page with and without `targetId: null`.
+        assert_eq!(
+            target_identity(&json!({"platform": "page", "sessionId": "s", "runtimeEpoch": 3, "targetId": null})).unwrap(),
+            target_identity(&json!({"platform": "page", "sessionId": "s", "runtimeEpoch": 3})).unwrap()
+        );
+        assert!(target_identity(&json!({"platform": "phone", "serial": "a b", "packageName": "com.x"})).is_err());
+        assert!(target_identity(&json!({"platform": "page", "sessionId": "s", "runtimeEpoch": -1})).is_err());
         // Another platform: every other field identifies it, in key order.
         assert_eq!(target_identity(&json!({"platform": "tv", "screen": "s1", "app": "a", "n": 3})).unwrap(), r#"tv:[{"app":"a","n":3,"screen":"s1"}]"#);
         assert_eq!(target_identity(&json!({"platform": "tv"})).unwrap(), "tv:[{}]");

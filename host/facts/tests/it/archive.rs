@@ -67,7 +67,7 @@ fn an_export_verifies_offline_and_after_being_moved() {
     assert_eq!(report.coverage["referenceClosure"], json!("complete"));
     assert_eq!(
         report.targets,
-        json!([{ "role": "dispatch", "value": "android:[\"emulator-5554\",\"com.example.app\"]" }, { "role": "owner", "value": "android:[\"emulator-5554\",\"com.example.app\"]" }])
+        json!([{ "role": "dispatch", "value": "android:[{\"packageName\":\"com.example.app\",\"serial\":\"emulator-5554\"}]" }, { "role": "owner", "value": "android:[{\"packageName\":\"com.example.app\",\"serial\":\"emulator-5554\"}]" }])
     );
     let manifest = read_json(&report.manifest_path);
     assert_eq!(
