@@ -7,4 +7,4 @@ cargo build --workspace --all-targets --locked
 # The out-of-tree example provider (own Cargo project and lockfile). Its target dir is
 # the one the e2e suite builds it into, so its dependencies compile once.
 CARGO_TARGET_DIR=target/private-provider cargo test --manifest-path examples/private-provider/Cargo.toml --locked -- --test-threads=2
-cargo test --workspace --locked -- --test-threads=2
+cargo test --workspace --locked --no-fail-fast -- --test-threads=2

@@ -46,11 +46,14 @@ fn main() {
                 std::process::exit(1);
             }
         };
-        println!("{}", sim.describe());
+        // Handlers first, then the line that tells a supervisor we are up: a SIGTERM
+        // sent right after reading it must still reach the clean shutdown path.
         use tokio::signal::unix::{SignalKind, signal};
         let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        let ctrl_c = tokio::signal::ctrl_c();
+        println!("{}", sim.describe());
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
+            _ = ctrl_c => {}
             _ = term.recv() => {}
         }
         sim.shutdown();
