@@ -418,6 +418,7 @@ fn looks_numeric(value: &Value) -> bool {
     value.as_str().is_some_and(|s| s.trim().parse::<f64>().is_ok())
 }
 
+#[doc(hidden)]
 /// A short rendering of a value for messages (never the whole of a large value).
 pub fn preview(value: &Value) -> String {
     match value {
@@ -459,6 +460,7 @@ fn join_alternatives(items: &[String]) -> String {
     }
 }
 
+#[doc(hidden)]
 /// One line of English for what a schema accepts, e.g. "an integer ≥ 1 and ≤ 30000"
 /// or "one of \"auto\", \"off\", \"full\"". Used in every value error message.
 pub fn describe(root: &Value, schema: &Value) -> String {
@@ -547,7 +549,9 @@ fn count_range(min: Option<&Value>, max: Option<&Value>, unit: &str) -> String {
 }
 
 // ---- Schema structure the error selection needs (also used by host discovery) ----
+// Public for the host only (`#[doc(hidden)]`): not part of the provider API.
 
+#[doc(hidden)]
 /// Follow internal `$ref`s (`#/...`) from `schema`; a bounded number of hops keeps a
 /// cyclic reference from looping. Anything unresolvable yields the schema as given.
 pub fn resolve<'a>(root: &'a Value, mut schema: &'a Value) -> &'a Value {
@@ -562,6 +566,7 @@ pub fn resolve<'a>(root: &'a Value, mut schema: &'a Value) -> &'a Value {
     schema
 }
 
+#[doc(hidden)]
 /// The JSON type name of a value, as JSON Schema spells it.
 pub fn json_type(value: &Value) -> &'static str {
     match value {
@@ -575,6 +580,7 @@ pub fn json_type(value: &Value) -> &'static str {
     }
 }
 
+#[doc(hidden)]
 /// Whether `schema`'s own `type` keyword admits `value` (absent `type` admits all).
 /// Used to discard union branches that cannot apply before explaining a failure.
 pub fn admits_type(schema: &Value, value: &Value) -> bool {
@@ -591,6 +597,7 @@ pub fn admits_type(schema: &Value, value: &Value) -> bool {
     }
 }
 
+#[doc(hidden)]
 /// The values a property schema pins with `const` or a non-empty `enum`.
 pub fn pinned_values(property: &Value) -> Option<Vec<Value>> {
     if let Some(c) = property.get("const") {
@@ -602,6 +609,7 @@ pub fn pinned_values(property: &Value) -> Option<Vec<Value>> {
     }
 }
 
+#[doc(hidden)]
 /// A union whose branches are told apart by one property's value.
 #[derive(Debug)]
 pub struct TaggedUnion {
@@ -622,6 +630,7 @@ impl TaggedUnion {
     }
 }
 
+#[doc(hidden)]
 /// Recognise a tagged union among `candidates` (indices into `branches`): every
 /// candidate pins the same property to disjoint values. `preferred` is tried first
 /// (discovery asks specifically for `operation`); otherwise the first qualifying
