@@ -54,8 +54,12 @@ impl Manifest {
     /// at least one of this manifest's commands — an empty private heading would only
     /// be noise in `capabilities`, and an unused declaration is usually a typo in a
     /// command's `domain`.
+    ///
+    /// Engine data ([`check_engine_data`]): execution `targets` and Intent
+    /// providers' observation-target schemas.
     pub fn check(&self) -> Result<(), ManifestProblem> {
         check_domains(&self.domains, &self.commands).map_err(|reason| ManifestProblem { command: None, reason })?;
+        check_engine_data(self).map_err(|reason| ManifestProblem { command: None, reason })?;
         let mut seen = std::collections::BTreeSet::new();
         for spec in &self.commands {
             check_spec_with(spec, &self.domains).map_err(|reason| ManifestProblem { command: Some(spec.command.clone()), reason })?;
@@ -65,6 +69,49 @@ impl Manifest {
         }
         Ok(())
     }
+}
+
+/// The rules for what a manifest gives the host's engines: each execution target
+/// names one of the manifest's platforms, has at least one identity field, valid
+/// and distinct field names, object connection schemas, and no platform is
+/// declared twice; an Intent provider's `observationTargetSchema` is an object.
+pub fn check_engine_data(manifest: &Manifest) -> Result<(), String> {
+    let mut seen: Vec<&str> = Vec::new();
+    for t in &manifest.targets {
+        let what = format!("target `{}`", t.platform);
+        if !manifest.platforms.contains(&t.platform) {
+            return Err(format!("{what}: its platform is not one of the manifest's platforms {:?}", manifest.platforms));
+        }
+        if seen.contains(&t.platform.as_str()) {
+            return Err(format!("{what} is declared twice"));
+        }
+        seen.push(&t.platform);
+        if t.identity.is_empty() {
+            return Err(format!("{what}: needs at least one identity field"));
+        }
+        let mut fields: Vec<&str> = t.identity.iter().map(String::as_str).chain(t.connection.keys().map(String::as_str)).collect();
+        if let Some(bad) = fields.iter().find(|f| !is_target_field_name(f)) {
+            return Err(format!("{what}: `{bad}` is not a valid field name (letters and digits, starting with a letter; not `platform`)"));
+        }
+        fields.sort_unstable();
+        if let Some(w) = fields.windows(2).find(|w| w[0] == w[1]) {
+            return Err(format!("{what}: field `{}` is declared twice", w[0]));
+        }
+        if let Some((name, _)) = t.connection.iter().find(|(_, s)| !s.is_object()) {
+            return Err(format!("{what}: the schema of connection field `{name}` must be a JSON object"));
+        }
+    }
+    for p in &manifest.intent_providers {
+        if p.observation_target_schema.as_ref().is_some_and(|s| !s.is_object()) {
+            return Err(format!("Intent provider `{}`: observationTargetSchema must be a JSON object", p.provider));
+        }
+    }
+    Ok(())
+}
+
+fn is_target_field_name(f: &str) -> bool {
+    let mut c = f.chars();
+    f != "platform" && f.len() <= 64 && c.next().is_some_and(|x| x.is_ascii_alphabetic()) && c.all(|x| x.is_ascii_alphanumeric())
 }
 
 /// Whether `name` is one of the built-in [`DOMAINS`].
@@ -242,6 +289,23 @@ mod tests {
     fn private(domains: Vec<DomainSpec>, command_domains: &[&str]) -> Result<(), ManifestProblem> {
         let commands = command_domains.iter().enumerate().map(|(i, d)| CommandSpec::query(format!("acme-{i}")).platform("acme").domain(*d));
         Manifest::new("acme", "1.0.0").domains(domains).commands(commands).check()
+    }
+
+    #[test]
+    fn execution_targets_are_checked_by_manifest_check() {
+        use crate::protocol::ExecutionTarget;
+        let with = |t: ExecutionTarget| Manifest::new("acme", "1.0.0").platforms(["acme"]).target(t).check();
+        assert_eq!(with(ExecutionTarget::new("acme", ["panel"]).connection("port", json!({"type": "integer"}))), Ok(()));
+        for (target, why) in [
+            (ExecutionTarget::new("other", ["panel"]), "not one of the manifest's platforms"),
+            (ExecutionTarget::new("acme", Vec::<String>::new()), "at least one identity field"),
+            (ExecutionTarget::new("acme", ["platform"]), "not a valid field name"),
+            (ExecutionTarget::new("acme", ["panel"]).connection("panel", json!({})), "declared twice"),
+            (ExecutionTarget::new("acme", ["panel"]).connection("port", json!(5)), "must be a JSON object"),
+        ] {
+            let e = with(target).expect_err(why);
+            assert!(e.command.is_none() && e.reason.contains(why), "{why}: {e}");
+        }
     }
 
     #[test]

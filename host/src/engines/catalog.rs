@@ -50,42 +50,8 @@ impl EngineCatalog {
 /// names, object connection schemas, and no platform is declared twice; an
 /// `observationTargetSchema` is an object.
 pub fn check_manifest(manifest: &Manifest) -> Result<(), String> {
-    let mut seen: Vec<&str> = Vec::new();
-    for t in &manifest.targets {
-        let what = format!("target `{}`", t.platform);
-        if !manifest.platforms.contains(&t.platform) {
-            return Err(format!("{what}: its platform is not one of the manifest's platforms {:?}", manifest.platforms));
-        }
-        if seen.contains(&t.platform.as_str()) {
-            return Err(format!("{what} is declared twice"));
-        }
-        seen.push(&t.platform);
-        if t.identity.is_empty() {
-            return Err(format!("{what}: needs at least one identity field"));
-        }
-        let mut fields: Vec<&str> = t.identity.iter().map(String::as_str).chain(t.connection.keys().map(String::as_str)).collect();
-        if let Some(bad) = fields.iter().find(|f| !field_name(f)) {
-            return Err(format!("{what}: `{bad}` is not a valid field name (letters and digits, starting with a letter; not `platform`)"));
-        }
-        fields.sort_unstable();
-        if let Some(w) = fields.windows(2).find(|w| w[0] == w[1]) {
-            return Err(format!("{what}: field `{}` is declared twice", w[0]));
-        }
-        if let Some((name, _)) = t.connection.iter().find(|(_, s)| !s.is_object()) {
-            return Err(format!("{what}: the schema of connection field `{name}` must be a JSON object"));
-        }
-    }
-    for p in &manifest.intent_providers {
-        if p.observation_target_schema.as_ref().is_some_and(|s| !s.is_object()) {
-            return Err(format!("Intent provider `{}`: observationTargetSchema must be a JSON object", p.provider));
-        }
-    }
-    Ok(())
-}
-
-fn field_name(f: &str) -> bool {
-    let mut c = f.chars();
-    f != "platform" && f.len() <= 64 && c.next().is_some_and(|x| x.is_ascii_alphabetic()) && c.all(|x| x.is_ascii_alphanumeric())
+    // One rule set, shared with provider authors' `TestPlugin` through `Manifest::check`.
+    aab_plugin_api::check::check_engine_data(manifest)
 }
 
 /// `{"type":"string", "enum": names}`, or a plain string when the catalog has no
