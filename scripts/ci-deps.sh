@@ -4,7 +4,9 @@
 # - nodejs / python3: script extraction runs JavaScript and Python in child processes;
 # - e2fsprogs (chattr): the FactStore recovery test makes WAL files immutable;
 # - adb / busybox-static: the Android simulator (sim/android) runs behind the real adb
-#   server and gives each device a busybox userland.
+#   server and gives each device a busybox userland;
+# - a headless JRE (`java`): Android's packaging tools (apksigner, aapt's companions) run on
+#   it, and a test environment that has `java` on this machine must have it on CI too.
 set -euo pipefail
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
@@ -13,6 +15,7 @@ command -v python3 >/dev/null 2>&1 || need+=(python3)
 command -v chattr >/dev/null 2>&1 || need+=(e2fsprogs)
 command -v adb >/dev/null 2>&1 || need+=(adb)
 { [ -x /usr/bin/busybox ] || [ -x /bin/busybox ]; } || need+=(busybox-static)
+command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 if [ ${#need[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
