@@ -70,6 +70,15 @@ async fn device(adb: Option<&str>, serial: Option<&str>, budget: &Budget) -> Res
     Ok(Device::new(server, selected.serial))
 }
 
+/// The step every app command starts with: select the device, then find (or make)
+/// the verified forward to the app's SDK (§2.1). Returns the selected serial too.
+async fn sdk_route(args: &AppArgs, budget: &Budget) -> Result<(String, crate::sdk::Route), ProviderError> {
+    let device = device(args.adb.as_deref(), args.serial.as_deref(), budget).await?;
+    let serial = device.serial.clone();
+    let target = SdkTarget { device, package: args.package_name.clone(), port: args.port };
+    Ok((serial, target.route(budget.adb()).await?))
+}
+
 pub struct Status;
 impl Command for Status {
     type Provider = AndroidProvider;
@@ -80,9 +89,7 @@ impl Command for Status {
     async fn run(_: &AndroidProvider, ctx: &Context<'_>, _: &Invocation, args: AppArgs) -> Result<Reply, ProviderError> {
         let budget = Budget::new(ctx, args.adb_timeout_ms);
         cancellable(ctx, async {
-            let device = device(args.adb.as_deref(), args.serial.as_deref(), &budget).await?;
-            let target = SdkTarget { device, package: args.package_name.clone(), port: args.port };
-            let route = target.route(budget.adb()).await?;
+            let (_, route) = sdk_route(&args, &budget).await?;
             let response = crate::sdk::http::request(route.forward.port, "GET", "/v1/status", None, budget.deadline).await?;
             status_reply(&args.package_name, response.body)
         })
@@ -116,10 +123,7 @@ impl Command for Forward {
     async fn run(_: &AndroidProvider, ctx: &Context<'_>, _: &Invocation, args: AppArgs) -> Result<Reply, ProviderError> {
         let budget = Budget::new(ctx, args.adb_timeout_ms);
         cancellable(ctx, async {
-            let device = device(args.adb.as_deref(), args.serial.as_deref(), &budget).await?;
-            let serial = device.serial.clone();
-            let target = SdkTarget { device, package: args.package_name.clone(), port: args.port };
-            let route = target.route(budget.adb()).await?;
+            let (serial, route) = sdk_route(&args, &budget).await?;
             Ok(json!({
                 "ok": true,
                 "serial": serial,
