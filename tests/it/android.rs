@@ -3,7 +3,8 @@
 //! `HOME`), which is connected to fake phones (`aab_e2e::fake_adbd`) over TCP like
 //! an emulator. Outcomes are checked independently of the provider's report: the
 //! forwards through the `adb` binary itself, requests through what the phone saw.
-//! Every test kills its adb server when it ends.
+//! Every test kills its adb server when it ends. Other Android test modules reuse
+//! [`World`] and [`simulated`] (the simulated phone behind this world's server).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -19,10 +20,10 @@ const EPOCH: &str = "1764633600000-0f8e6a52-1c2b-4e8f-9a3d-5b7c9d1e2f30";
 
 /// One test's world: aab with the android plugin, a private adb server port and
 /// the fake phones (served by a background tokio runtime).
-struct World {
-    env: TestEnv,
-    port: u16,
-    rt: tokio::runtime::Runtime,
+pub(crate) struct World {
+    pub env: TestEnv,
+    pub port: u16,
+    pub rt: tokio::runtime::Runtime,
 }
 
 fn free_port() -> u16 {
@@ -35,7 +36,7 @@ fn free_port() -> u16 {
 }
 
 impl World {
-    fn new() -> World {
+    pub(crate) fn new() -> World {
         let env = TestEnv::new();
         env.install_plugin("aab_plugin_android", "android");
         let port = free_port();
@@ -44,23 +45,23 @@ impl World {
         World { env, port, rt }
     }
 
-    fn home(&self) -> std::path::PathBuf {
+    pub(crate) fn home(&self) -> std::path::PathBuf {
         self.env.root.join("user-home")
     }
 
     /// The real `adb` binary on this world's server (setup and ground truth only).
-    fn adb(&self, args: &[&str]) -> String {
+    pub(crate) fn adb(&self, args: &[&str]) -> String {
         let out = Command::new("adb").args(["-P", &self.port.to_string()]).args(args).env("HOME", self.home()).output().expect("run adb (apt-get install adb)");
         assert!(out.status.success(), "adb {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    fn server_listening(&self) -> bool {
+    pub(crate) fn server_listening(&self) -> bool {
         TcpStream::connect_timeout(&([127, 0, 0, 1], self.port).into(), Duration::from_millis(200)).is_ok()
     }
 
     /// A fake phone with an SDK app, connected and online.
-    fn phone(&self) -> FakeAdbd {
+    pub(crate) fn phone(&self) -> FakeAdbd {
         let fake = self.rt.block_on(FakeAdbd::start());
         {
             let mut p = fake.phone.lock().unwrap();
@@ -78,11 +79,11 @@ impl World {
         fake
     }
 
-    fn forwards(&self) -> Vec<String> {
+    pub(crate) fn forwards(&self) -> Vec<String> {
         self.adb(&["forward", "--list"]).lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect()
     }
 
-    fn run(&self, command: &str, args: Value) -> (Value, Run) {
+    pub(crate) fn run(&self, command: &str, args: Value) -> (Value, Run) {
         let mut argv = vec![command.to_string()];
         argv.extend(flags(&args));
         let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
@@ -92,7 +93,7 @@ impl World {
     }
 
     #[track_caller]
-    fn ok(&self, command: &str, args: Value) -> Value {
+    pub(crate) fn ok(&self, command: &str, args: Value) -> Value {
         let (body, run) = self.run(command, args);
         self.env.check(run.exit() == 0 && body.pointer("/execution/ok") == Some(&json!(true)), &run, &format!("{command} should succeed"));
         body["value"].clone()
@@ -100,7 +101,7 @@ impl World {
 
     /// The command must fail with `code`, never dispatched; returns the error facts.
     #[track_caller]
-    fn fails(&self, command: &str, args: Value, code: &str) -> Value {
+    pub(crate) fn fails(&self, command: &str, args: Value, code: &str) -> Value {
         let (body, run) = self.run(command, args);
         let facts = error_facts(&body).clone();
         self.env.check(run.exit() != 0 && facts["error"] == json!(code) && facts["dispatched"] == json!(false), &run, &format!("{command} should fail with {code}, not dispatched"));
@@ -209,10 +210,10 @@ fn android_two_phones_need_a_serial_and_mcp_reaches_the_named_one() {
 
 // ------------------------------------------------------------ the simulated phone
 
-const SAMPLE: &str = "com.example.aab.sample";
+pub(crate) const SAMPLE: &str = "com.example.aab.sample";
 
 /// The simulator (sim/android) with one device, connected to this world's server.
-fn simulated(w: &World) -> aab_android_sim::Simulator {
+pub(crate) fn simulated(w: &World) -> aab_android_sim::Simulator {
     let sim = w.rt.block_on(aab_android_sim::Simulator::start(aab_android_sim::Options::default())).expect("start the simulator (root, adb, busybox-static)");
     let serial = sim.devices[0].serial.clone();
     let said = w.adb(&["connect", &serial]);
@@ -222,7 +223,7 @@ fn simulated(w: &World) -> aab_android_sim::Simulator {
 }
 
 impl World {
-    fn wait_online(&self, serial: &str) {
+    pub(crate) fn wait_online(&self, serial: &str) {
         let until = Instant::now() + Duration::from_secs(15);
         while !self.adb(&["devices"]).lines().any(|l| l.starts_with(serial) && l.ends_with("device")) {
             assert!(Instant::now() < until, "{serial} never came online");
@@ -231,7 +232,7 @@ impl World {
     }
 }
 
-fn sim_epoch(w: &World, sim: &aab_android_sim::Simulator) -> String {
+pub(crate) fn sim_epoch(w: &World, sim: &aab_android_sim::Simulator) -> String {
     let state = w.rt.block_on(sim.control(json!({"op": "state"})));
     state["apps"].as_array().unwrap().iter().find(|a| a["package"] == json!(SAMPLE)).unwrap()["runtimeEpoch"].as_str().unwrap().to_string()
 }

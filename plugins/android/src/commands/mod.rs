@@ -1,0 +1,101 @@
+//! The Android commands: one module per command (or close family) holding its spec,
+//! typed arguments and implementation over the transport ([`crate::adb`],
+//! [`crate::sdk`]). Every command runs against the host's deadline and races the
+//! host's cancellation; dropping the work closes its adb sockets.
+
+use std::future::Future;
+use std::time::Duration;
+
+use aab_plugin_api::{Commands, Context, ProviderError};
+use serde::Deserialize;
+
+use crate::AndroidProvider;
+use crate::adb::device::Device;
+use crate::adb::server::AdbServer;
+use crate::adb::{Deadline, select};
+use crate::manifest::DEFAULT_ADB_TIMEOUT_MS;
+use crate::sdk::SdkTarget;
+
+mod forward;
+mod status;
+
+/// Every Android command, in catalog order. One line per command: adding a command
+/// is a module with its spec, typed arguments and code, plus its line here.
+pub fn list() -> Commands<AndroidProvider> {
+    Commands::new()
+        .add::<status::Status>()
+        .add::<forward::Forward>()
+        .add::<forward::RemoveForward>()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AppArgs {
+    pub package_name: String,
+    pub serial: Option<String>,
+    pub port: Option<u16>,
+    pub adb: Option<String>,
+    pub adb_timeout_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RemoveForwardArgs {
+    pub serial: String,
+    pub port: u16,
+    pub adb: Option<String>,
+    pub adb_timeout_ms: Option<u64>,
+}
+
+/// The command's deadline and the per-adb-step cap inside it.
+pub(crate) struct Budget {
+    pub deadline: Deadline,
+    pub adb_step: Duration,
+}
+
+impl Budget {
+    pub fn new(ctx: &Context<'_>, adb_timeout_ms: Option<u64>) -> Self {
+        Budget { deadline: Deadline::after(ctx.remaining()), adb_step: Duration::from_millis(adb_timeout_ms.unwrap_or(DEFAULT_ADB_TIMEOUT_MS)) }
+    }
+    pub fn adb(&self) -> Deadline {
+        self.deadline.capped(self.adb_step)
+    }
+}
+
+/// Run `work` unless the host cancels first (then the work is dropped).
+pub(crate) async fn cancellable<T>(ctx: &Context<'_>, work: impl Future<Output = Result<T, ProviderError>>) -> Result<T, ProviderError> {
+    tokio::select! {
+        r = work => r,
+        _ = ctx.cancelled() => Err(ProviderError::new(aab_plugin_api::codes::CANCELLED, "the command was cancelled or its deadline passed")),
+    }
+}
+
+/// The adb server of this call and the selected device.
+pub(crate) async fn device(adb: Option<&str>, serial: Option<&str>, budget: &Budget) -> Result<Device, ProviderError> {
+    let server = AdbServer::from_process_env(adb.map(str::to_string))?;
+    let selected = select::select(&server, serial, budget.adb()).await?;
+    Ok(Device::new(server, selected.serial))
+}
+
+/// The step every app command starts with: select the device, then find (or make)
+/// the verified forward to the app's SDK (§2.1). Returns the selected serial too.
+pub(crate) async fn sdk_route(args: &AppArgs, budget: &Budget) -> Result<(String, crate::sdk::Route), ProviderError> {
+    let device = device(args.adb.as_deref(), args.serial.as_deref(), budget).await?;
+    let serial = device.serial.clone();
+    let target = SdkTarget { device, package: args.package_name.clone(), port: args.port };
+    Ok((serial, target.route(budget.adb()).await?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aab_plugin_api::CommandSpec;
+
+    #[test]
+    fn the_manifest_passes_the_sdk_checks() {
+        let specs: Vec<CommandSpec> = list().specs().cloned().collect();
+        let names: Vec<&str> = specs.iter().map(|c| c.command.as_str()).collect();
+        assert_eq!(names, ["status", "forward", "remove-forward"]);
+        crate::manifest::manifest().commands(specs).check().unwrap();
+    }
+}
