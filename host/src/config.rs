@@ -11,21 +11,14 @@ use serde_json::json;
 use crate::digest::sha256_hex;
 use crate::error::CommandError;
 
-/// Environment variables that change what a runtime does; part of the
-/// configuration fingerprint.
+/// Environment variables that change what the host itself does; part of the
+/// configuration fingerprint. Plugins add their own (`Manifest::environment`, see
+/// [`Config::fingerprint_with`]): the host names no platform's variables.
 pub const FINGERPRINT_ENV: &[&str] = &[
-    "AI_APP_BRIDGE_ADB_TIMEOUT_MS",
-    "AI_APP_BRIDGE_DEVICECTL",
     "AI_APP_BRIDGE_FACT_CACHE",
-    "AI_APP_BRIDGE_IOS_TEAM_ID",
     "AI_APP_BRIDGE_PYTHON",
     "AI_APP_BRIDGE_NODE",
     "AI_APP_BRIDGE_EXECUTOR_HOME",
-    "ANDROID_HOME",
-    "ANDROID_SDK_ROOT",
-    "DEVELOPMENT_TEAM",
-    "DEVELOPER_DIR",
-    "XCODEBUILD",
 ];
 
 #[derive(Clone, Debug)]
@@ -118,14 +111,20 @@ impl Config {
         Ok(Config { facts_dir, runtime_home, runtime_dir, plugin_dir, ownership_dir, profile, environment })
     }
 
-    /// sha256 of the configuration facts a client and its runtime must share.
-    pub fn fingerprint(&self) -> String {
+    /// sha256 of the configuration facts a client and its runtime must share,
+    /// including the values of the environment variables the loaded plugins declare
+    /// (both sides load the same plugins: the code fingerprint guarantees it).
+    pub fn fingerprint_with(&self, plugin_environment: &[&str]) -> String {
+        let mut environment = self.environment.clone();
+        for name in plugin_environment {
+            environment.entry(name.to_string()).or_insert_with(|| std::env::var(name).ok());
+        }
         let doc = json!({
             "facts": self.facts_dir.display().to_string(),
             "profile": self.profile,
             "ownership": self.ownership_dir.display().to_string(),
             "plugins": self.plugin_dir.display().to_string(),
-            "environment": self.environment,
+            "environment": environment,
         });
         sha256_hex(aab_facts::canonical::to_canonical_string(&doc).as_bytes())
     }

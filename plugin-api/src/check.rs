@@ -60,6 +60,7 @@ impl Manifest {
     pub fn check(&self) -> Result<(), ManifestProblem> {
         check_domains(&self.domains, &self.commands).map_err(|reason| ManifestProblem { command: None, reason })?;
         check_engine_data(self).map_err(|reason| ManifestProblem { command: None, reason })?;
+        check_environment(&self.environment).map_err(|reason| ManifestProblem { command: None, reason })?;
         let mut seen = std::collections::BTreeSet::new();
         for spec in &self.commands {
             check_spec_with(spec, &self.domains).map_err(|reason| ManifestProblem { command: Some(spec.command.clone()), reason })?;
@@ -117,6 +118,29 @@ fn is_target_field_name(f: &str) -> bool {
 /// Whether `name` is one of the built-in [`DOMAINS`].
 pub fn is_builtin_domain(name: &str) -> bool {
     DOMAINS.iter().any(|(d, _)| *d == name)
+}
+
+/// Most environment variables a manifest may declare.
+pub const MAX_ENVIRONMENT_NAMES: usize = 32;
+
+/// The rules for [`Manifest::environment`]: at most [`MAX_ENVIRONMENT_NAMES`]
+/// distinct POSIX-style names (`[A-Z_][A-Z0-9_]*`, at most 128 characters).
+pub fn check_environment(names: &[String]) -> Result<(), String> {
+    if names.len() > MAX_ENVIRONMENT_NAMES {
+        return Err(format!("declares {} environment variables; at most {MAX_ENVIRONMENT_NAMES}", names.len()));
+    }
+    for (i, name) in names.iter().enumerate() {
+        let well_formed = !name.is_empty()
+            && name.len() <= 128
+            && name.bytes().enumerate().all(|(j, b)| b == b'_' || b.is_ascii_uppercase() || (j > 0 && b.is_ascii_digit()));
+        if !well_formed {
+            return Err(format!("environment variable name {name:?} is not upper-case letters, digits and `_` (not starting with a digit, at most 128)"));
+        }
+        if names[..i].contains(name) {
+            return Err(format!("environment variable `{name}` is declared twice"));
+        }
+    }
+    Ok(())
 }
 
 /// The rules for a manifest's own domains (see [`Manifest::check`]).
@@ -284,6 +308,19 @@ mod tests {
         assert!(e.reason.contains("kebab-case"), "{e}");
         let e = Manifest::new("fixture", "1.0.0").commands([CommandSpec::query("echo").domain("core").input_schema(json!({"type": "object"}))]).check().unwrap_err();
         assert!(e.reason.contains("additionalProperties"), "{e}");
+    }
+
+    #[test]
+    fn environment_names_are_checked() {
+        assert!(check_environment(&["ANDROID_ADB_SERVER_PORT".into(), "ADB".into(), "_X1".into()]).is_ok());
+        for bad in ["", "adb", "1ADB", "A-B", "A B", "É"] {
+            assert!(check_environment(&[bad.to_string()]).is_err(), "{bad:?}");
+        }
+        assert!(check_environment(&["ADB".into(), "ADB".into()]).unwrap_err().contains("twice"));
+        let many: Vec<String> = (0..=MAX_ENVIRONMENT_NAMES).map(|i| format!("V{i}")).collect();
+        assert!(check_environment(&many).is_err());
+        let m = Manifest::new("p", "1.0.0").environment(["lower"]);
+        assert!(m.check().unwrap_err().reason.contains("lower"));
     }
 
     fn private(domains: Vec<DomainSpec>, command_domains: &[&str]) -> Result<(), ManifestProblem> {

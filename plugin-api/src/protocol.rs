@@ -53,6 +53,13 @@ pub struct Manifest {
     /// builds the Script target schema from them and names no platform itself.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub targets: Vec<ExecutionTarget>,
+    /// Environment variables that change what this plugin does (e.g. which adb
+    /// server it talks to). The runtime inherits the environment of the client that
+    /// started it, so the host makes these part of the runtime's configuration
+    /// fingerprint: a client with other values gets its own runtime rather than one
+    /// that silently acts on another setup. Names as in [`Manifest::check`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub environment: Vec<String>,
 }
 
 /// A domain declared by a plugin: a heading in `capabilities` and `--help` that
@@ -233,7 +240,14 @@ impl Manifest {
             intent_providers: Vec::new(),
             domains: Vec::new(),
             targets: Vec::new(),
+            environment: Vec::new(),
         }
+    }
+
+    /// Declare environment variables this plugin reads ([`Manifest::environment`]).
+    pub fn environment<I: IntoIterator<Item = S>, S: Into<String>>(mut self, names: I) -> Self {
+        self.environment.extend(names.into_iter().map(Into::into));
+        self
     }
 
     /// Add the platforms this plugin serves.

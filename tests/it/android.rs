@@ -284,3 +284,21 @@ fn android_status_against_a_slow_sdk_ends_at_its_deadline() {
     w.rt.block_on(sim.control(json!({"op": "faults", "reset": true})));
     w.ok("status", json!({"packageName": SAMPLE}));
 }
+
+/// The adb server a runtime talks to is part of its configuration: the android
+/// manifest declares `ANDROID_ADB_SERVER_PORT` (and the other adb variables), so a
+/// client pointing at another server is refused instead of being served by a runtime
+/// that would act on the wrong devices.
+#[test]
+fn android_a_client_with_another_adb_server_is_not_served_by_this_runtime() {
+    let w = World::new();
+    let started = w.env.aab(&["runtime", "--operation", "start"]);
+    w.env.expect_ok(&started, "runtime start");
+    let other = free_port();
+    let run = w.env.aab_with_env(&["status", "--package-name", PKG], &[("ANDROID_ADB_SERVER_PORT", &other.to_string())]);
+    let body = w.env.json_of(&run);
+    let facts = error_facts(&body).clone();
+    w.env.check(run.exit() != 0 && facts["error"] == json!("runtime_configuration_mismatch") && facts["dispatched"] == json!(false), &run, "another adb server port is another configuration");
+    assert!(TcpStream::connect_timeout(&([127, 0, 0, 1], other).into(), Duration::from_millis(200)).is_err(), "ground truth: no adb server was started on the client's port");
+    assert!(!w.server_listening(), "ground truth: nor on the runtime's");
+}

@@ -641,16 +641,31 @@ pub fn process_alive(pid: i32) -> bool {
     }
 }
 
-/// Wait until `pid` is gone (or a zombie); false on timeout.
+/// Wait until `pid` is gone (or a zombie) with every one of its threads; false on
+/// timeout. The leader of a multi-threaded process turns zombie while its other
+/// threads are still exiting, and the process's sockets close only when the last
+/// thread is gone: a test that acted on "the leader is a zombie" could still reach
+/// the dying process's open sockets (and see a reset instead of a refusal).
 pub fn wait_for_exit(pid: i32, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
-    while process_alive(pid) {
+    while process_alive(pid) || threads_alive(pid) {
         if Instant::now() > deadline {
             return false;
         }
         thread::sleep(Duration::from_millis(10));
     }
     true
+}
+
+/// Whether any thread of `pid` is neither gone nor a zombie.
+fn threads_alive(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.flatten().any(|task| {
+        std::fs::read_to_string(task.path().join("stat")).ok().and_then(|stat| {
+            let state = stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next())?.to_string();
+            Some(state != "Z" && state != "X")
+        }) == Some(true)
+    })
 }
 
 fn clip(s: &str, max: usize) -> String {

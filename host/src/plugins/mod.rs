@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 use aab_plugin_api::Manifest;
 use aab_plugin_api::loader::{self, LoadedModule};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::builtins;
@@ -130,6 +131,14 @@ pub struct Catalog {
 impl Catalog {
     /// The Intent providers declared by loaded (registered) plugins, with the
     /// declaring plugin's name.
+    /// The environment variables the loaded plugins declare (`Manifest::environment`).
+    pub fn plugin_environment(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.reports.iter().filter(|r| r.error.is_none()).filter_map(|r| r.manifest.as_ref()).flat_map(|m| m.environment.iter().map(String::as_str)).collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+
     pub fn intent_providers(&self) -> Vec<(String, aab_plugin_api::protocol::IntentProvider)> {
         self.reports
             .iter()
@@ -155,6 +164,9 @@ impl Catalog {
         let mut file_digests = BTreeMap::new();
         // One read of the bundle manifest serves the trust check, the identity digest
         // and the isolation policy.
+        // Cached "these bytes passed every check" verdicts count only for the host
+        // build that reached them: a rebuilt host may check more.
+        let host_sha = cache.sha256(Path::new("/proc/self/exe")).map(|(sha, _)| sha).ok();
         let bundle_bytes = bundle::read_bundle_bytes(&config.plugin_dir);
         let bundle = match &bundle_bytes {
             Ok(Some(bytes)) => Some(bundle::parse_bundle_manifest(&config.plugin_dir, bytes)),
@@ -196,9 +208,9 @@ impl Catalog {
             let mut module = None;
             let mut schemas_known_good = false;
             let manifest = match mode {
-                LoadMode::ManifestsOnly => match cache.manifest(&file, &sha).cloned() {
+                LoadMode::ManifestsOnly => match cache.manifest(&file, &sha) {
                     Some(cached) => {
-                        schemas_known_good = cached.get("schemasCompiled") == Some(&Value::Bool(true));
+                        schemas_known_good = cached.get("schemasCompiled") == Some(&Value::Bool(true)) && host_sha.is_some() && cached.get("checkedBy").and_then(Value::as_str) == host_sha.as_deref();
                         manifest_from_cache(&file, cached)
                     }
                     // An isolated plugin's code never runs in the client either: a
@@ -237,14 +249,14 @@ impl Catalog {
                     let duplicate_name = reports.iter().any(|r: &PluginReport| r.error.is_none() && r.manifest.as_ref().is_some_and(|m| m.name == manifest.name));
                     if duplicate_name {
                         report.error = Some(refusal("plugin_name_conflict", &file, format!("another loaded plugin is already named `{}`", manifest.name)));
-                    } else if let Err(reason) = catalog::check_manifest(&manifest) {
+                    } else if let Some(reason) = (!schemas_known_good).then(|| catalog::check_manifest(&manifest).err()).flatten() {
                         report.error = Some(refusal("plugin_manifest_invalid", &file, format!("its manifest is invalid: {reason}")));
                     } else if let Err(e) = registry.add_plugin_checked(&manifest.name, &file, &manifest, schemas_known_good) {
                         report.error = Some(e);
                     } else {
                         if !schemas_known_good {
                             // Remember that these exact bytes' schemas compiled.
-                            cache.set_manifest(&file, &sha, json!({"manifest": &manifest, "schemasCompiled": true}));
+                            cache.set_manifest(&file, &sha, json!({"manifest": &manifest, "schemasCompiled": true, "checkedBy": host_sha}));
                         }
                         if let Some(module) = module {
                             modules.insert(manifest.name.clone(), module);
@@ -300,9 +312,11 @@ fn manifest_to_cache(result: &Result<Manifest, CommandError>) -> Value {
     }
 }
 
-fn manifest_from_cache(file: &Path, cached: Value) -> Result<Manifest, CommandError> {
+fn manifest_from_cache(file: &Path, cached: &Value) -> Result<Manifest, CommandError> {
     if let Some(m) = cached.get("manifest") {
-        return serde_json::from_value(m.clone()).map_err(|e| refusal("plugin_manifest_invalid", file, e.to_string()));
+        // Straight from the borrowed tree: cloning it first doubled the client's
+        // allocation work for every plugin on every CLI call.
+        return Manifest::deserialize(m).map_err(|e| refusal("plugin_manifest_invalid", file, e.to_string()));
     }
     let e = cached.get("error").and_then(CommandError::from_json).unwrap_or_else(|| refusal("plugin_load_failed", file, "unknown cached failure".into()));
     Err(e)

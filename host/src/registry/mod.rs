@@ -170,17 +170,21 @@ impl Registry {
         self.add_plugin_checked(name, file, manifest, false)
     }
 
-    /// [`Registry::add_plugin`] for a manifest whose schemas are known to compile
-    /// (the same file bytes compiled before — the client's manifest cache records
-    /// it): validators are then compiled lazily, on first use, so an ordinary CLI
-    /// call does not compile every schema of every plugin.
+    /// [`Registry::add_plugin`] for a manifest this host build already checked and
+    /// compiled (the same file bytes, the same `aab` executable — the client's
+    /// manifest cache records both): the manifest rules are not re-run and validators
+    /// are compiled lazily, on first use, so an ordinary CLI call does not check and
+    /// compile every schema of every plugin. The runtime always checks in full.
     pub fn add_plugin_checked(&mut self, name: &str, file: &Path, manifest: &Manifest, schemas_known_good: bool) -> Result<usize, CommandError> {
         let origin = CommandOrigin::Plugin { name: name.to_string(), file: file.to_path_buf() };
-        // The same rules a provider's own tests apply (`TestPlugin`).
-        manifest.check().map_err(|p| match p.command {
-            Some(command) => manifest_invalid(file, &command, p.reason),
-            None => manifest_refused(file, p.reason),
-        })?;
+        // The same rules a provider's own tests apply (`TestPlugin`); skipped only for
+        // a manifest this very host build already checked (the client's cache).
+        if !schemas_known_good {
+            manifest.check().map_err(|p| match p.command {
+                Some(command) => manifest_invalid(file, &command, p.reason),
+                None => manifest_refused(file, p.reason),
+            })?;
+        }
         // Two plugins may share a private domain only if they describe it alike:
         // one heading cannot carry two descriptions.
         for domain in &manifest.domains {

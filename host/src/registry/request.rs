@@ -138,7 +138,9 @@ pub fn parse_public_request(v: &Value) -> Result<PublicRequest, CommandError> {
     {
         check_flags(flags)?;
     }
-    if let Err(e) = validate::validate_instance(request_validator(), request_schema(), v, "request") {
+    if !plainly_valid(request)
+        && let Err(e) = validate::validate_instance(request_validator(), request_schema(), v, "request")
+    {
         // On a script extraction the only error about `extract` as a whole is the
         // source/sourcePath choice; say that plainly instead of "matches more than
         // one variant".
@@ -307,6 +309,19 @@ fn request_schema() -> &'static Value {
     })
 }
 
+/// Whether the request is the common shape that [`request_schema`] accepts on sight:
+/// a non-empty `command`, `arguments` absent or an object, `extract: null`, no
+/// `output` (unknown fields were refused before). Compiling the schema costs more
+/// CPU than all the rest of a CLI call's validation, and each CLI call is a new
+/// process, so the plain shape skips it. `plain_shape_agrees_with_the_schema` holds
+/// this to the schema's verdict.
+fn plainly_valid(request: &serde_json::Map<String, Value>) -> bool {
+    request.get("extract") == Some(&Value::Null)
+        && !request.contains_key("output")
+        && matches!(request.get("command"), Some(Value::String(c)) if !c.is_empty())
+        && request.get("arguments").is_none_or(Value::is_object)
+}
+
 fn request_validator() -> &'static Validator {
     static VALIDATOR: OnceLock<Validator> = OnceLock::new();
     // The schema is a constant of this module; a failure is a bug caught by tests.
@@ -324,6 +339,36 @@ mod tests {
     fn field_of(v: Value) -> (String, Option<String>) {
         let e = parse(v).expect_err("request should be rejected");
         (e.code, e.field)
+    }
+
+    #[test]
+    fn plain_shape_agrees_with_the_schema() {
+        let samples = [
+            json!({"command": "status", "extract": null}),
+            json!({"command": "status", "arguments": {}, "extract": null}),
+            json!({"command": "status", "arguments": {"a": [1, {"b": null}]}, "extract": null}),
+            json!({"command": "\u{e9}", "arguments": {}, "extract": null}),
+            json!({"command": "", "arguments": {}, "extract": null}),
+            json!({"command": 1, "arguments": {}, "extract": null}),
+            json!({"command": null, "extract": null}),
+            json!({"command": "status", "arguments": [], "extract": null}),
+            json!({"command": "status", "arguments": null, "extract": null}),
+            json!({"command": "status", "arguments": "x", "extract": null}),
+            json!({"command": "status", "arguments": {}, "extract": null, "output": {"maxBytes": 4096}}),
+            json!({"command": "status", "arguments": {}, "extract": {"mode": "regex", "pattern": "a", "inputPath": ""}}),
+            json!({"arguments": {}, "extract": null}),
+        ];
+        for sample in samples {
+            let Value::Object(map) = &sample else { unreachable!() };
+            if plainly_valid(map) {
+                assert!(request_validator().is_valid(&sample), "the fast path accepted what the schema refuses: {sample}");
+            }
+        }
+        // It is taken for the shapes every CLI call sends.
+        for plain in [json!({"command": "status", "extract": null}), json!({"command": "status", "arguments": {"x": 1}, "extract": null})] {
+            let Value::Object(map) = &plain else { unreachable!() };
+            assert!(plainly_valid(map), "{plain}");
+        }
     }
 
     #[test]

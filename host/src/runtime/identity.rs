@@ -21,5 +21,5 @@ pub fn code_fingerprint(cache: &mut DigestCache, catalog: &Catalog) -> Result<St
 }
 
 pub fn identity(config: &Config, cache: &mut DigestCache, catalog: &Catalog) -> Result<Identity, CommandError> {
-    Ok(Identity { code: code_fingerprint(cache, catalog)?, config: config.fingerprint() })
+    Ok(Identity { code: code_fingerprint(cache, catalog)?, config: config.fingerprint_with(&catalog.plugin_environment()) })
 }

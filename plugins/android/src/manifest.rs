@@ -12,6 +12,9 @@ pub const DEFAULT_ADB_TIMEOUT_MS: u64 = 15_000;
 pub fn manifest() -> Manifest {
     let mut m = Manifest::new("android", env!("CARGO_PKG_VERSION"));
     m.platforms = vec!["android".to_string()];
+    // Which adb server the transport talks to and which `adb` starts it: a client
+    // with other values must not share a runtime started with these.
+    m.environment = vec!["ADB_SERVER_SOCKET".into(), "ANDROID_ADB_SERVER_PORT".into(), "ADB".into()];
     // `script.target` of an app on a device: its identity defaults `serial`/`packageName`
     // of every ctx.call; `adb` and `port` are optional connection fields.
     m.targets = vec![
