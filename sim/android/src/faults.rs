@@ -19,6 +19,9 @@ pub struct Faults {
     pub foreground_after_dumpsys: Option<String>,
     /// After the next `dumpsys window`, the foreground app's process restarts (new pid/start time/epoch).
     pub restart_after_dumpsys: bool,
+    /// The next N `screencap` calls fail the way a broken one does: an error text
+    /// on stdout (what `exec-out` delivers) instead of an image, exit code 1.
+    pub screencap_not_png: u32,
 }
 
 impl Faults {

@@ -8,7 +8,7 @@
 //! `services` (shell/exec, pty, sync, sockets, abb), `rootfs` (device root), `tools`
 //! (Android tools behind the shim), `phone` (app/screen model), `lifecycle`
 //! (processes, /proc, reboot), `dumpsys`/`uiautomator`/`screencap` (stock
-//! renderings), `sdk` (the app SDK's HTTP dialect), `sdk_actions` (its native managed actions), `control`, `scenario`, `faults`.
+//! renderings), `sdk` (the app SDK's HTTP dialect), `sdk_actions` (its native managed actions), `redact` (its network-capture redaction), `control`, `scenario`, `faults`.
 
 mod adbd;
 pub mod control;
@@ -22,6 +22,7 @@ pub mod scenario;
 mod screencap;
 mod sdk;
 mod sdk_actions;
+mod redact;
 mod services;
 mod tools;
 mod uiautomator;

@@ -205,6 +205,9 @@ impl App {
         if let Some(a) = action_id {
             item.insert("actionId".into(), json!(a));
         }
+        if kind == "network" {
+            crate::redact::network(&mut item);
+        }
         let item = Value::Object(item);
         let (list, cap) = match kind {
             "log" => (&mut self.capture.logs, 300),
@@ -302,7 +305,13 @@ impl App {
                 effects.push(json!({ "checked": !node.checked }));
             }
         for (kind, v) in [("network", &action.network), ("log", &action.log), ("state", &action.state), ("event", &action.event)] {
-            if let Some(v) = v {
+            // One record, or several (`[…]`: a tap that makes more than one request).
+            let records = match v {
+                Some(Value::Array(many)) => many.clone(),
+                Some(one) => vec![one.clone()],
+                None => vec![],
+            };
+            for v in &records {
                 let rec = fill_value(v, &self.values);
                 let item = self.capture_record(kind, rec, None);
                 effects.push(json!({ kind: item }));

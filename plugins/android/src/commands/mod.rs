@@ -16,7 +16,9 @@ use crate::adb::{Deadline, select};
 use crate::manifest::DEFAULT_ADB_TIMEOUT_MS;
 use crate::sdk::SdkTarget;
 
+mod capture;
 mod forward;
+mod screenshot;
 mod status;
 
 /// Every Android command, in catalog order. One line per command: adding a command
@@ -26,6 +28,11 @@ pub fn list() -> Commands<AndroidProvider> {
         .add::<status::Status>()
         .add::<forward::Forward>()
         .add::<forward::RemoveForward>()
+        .add::<capture::Logs>()
+        .add::<capture::State>()
+        .add::<capture::Network>()
+        .add::<capture::Events>()
+        .add::<screenshot::Screenshot>()
 }
 
 #[derive(Deserialize)]
@@ -95,7 +102,7 @@ mod tests {
     fn the_manifest_passes_the_sdk_checks() {
         let specs: Vec<CommandSpec> = list().specs().cloned().collect();
         let names: Vec<&str> = specs.iter().map(|c| c.command.as_str()).collect();
-        assert_eq!(names, ["status", "forward", "remove-forward"]);
+        assert_eq!(names, ["status", "forward", "remove-forward", "logs", "state", "network", "events", "screenshot"]);
         crate::manifest::manifest().commands(specs).check().unwrap();
     }
 }

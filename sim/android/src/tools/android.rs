@@ -355,6 +355,10 @@ fn appops(ctx: &Ctx, args: &[String]) -> Res {
 }
 
 fn screencap(ctx: &Ctx, args: &[String]) -> Res {
+    if crate::faults::Faults::take(&mut ctx.dev.faults.lock().unwrap().screencap_not_png) {
+        ctx.dev.record("fault", json!({ "kind": "screencap-not-png" }));
+        return Res::out_fail(1, "Error: failed to capture the display (simulated fault)\n");
+    }
     let png = args.iter().any(|a| a == "-p");
     let file = args.iter().find(|a| !a.starts_with('-'));
     let ph = ctx.dev.phone.lock().unwrap();
