@@ -18,6 +18,9 @@ use crate::sdk::SdkTarget;
 
 mod forward;
 mod status;
+mod tree;
+mod ui_observation;
+mod wait_text;
 
 /// Every Android command, in catalog order. One line per command: adding a command
 /// is a module with its spec, typed arguments and code, plus its line here.
@@ -26,6 +29,9 @@ pub fn list() -> Commands<AndroidProvider> {
         .add::<status::Status>()
         .add::<forward::Forward>()
         .add::<forward::RemoveForward>()
+        .add::<tree::Tree>()
+        .add::<wait_text::WaitText>()
+        .add::<ui_observation::UiObservation>()
 }
 
 #[derive(Deserialize)]
@@ -95,7 +101,7 @@ mod tests {
     fn the_manifest_passes_the_sdk_checks() {
         let specs: Vec<CommandSpec> = list().specs().cloned().collect();
         let names: Vec<&str> = specs.iter().map(|c| c.command.as_str()).collect();
-        assert_eq!(names, ["status", "forward", "remove-forward"]);
+        assert_eq!(names, ["status", "forward", "remove-forward", "tree", "wait-text", "ui-observation"]);
         crate::manifest::manifest().commands(specs).check().unwrap();
     }
 }

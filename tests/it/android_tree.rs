@@ -1,0 +1,220 @@
+//! Android `tree`, `wait-text` and `ui-observation` e2e through the public CLI (and
+//! MCP) against the simulated phone behind a real adb server. Ground truth comes
+//! from the simulator: its control `state` (current screen, activity, observation
+//! lease), its truth log (every SDK request it served) and the stock
+//! `uiautomator dump` of the same screen read with the `adb` binary.
+
+use std::time::{Duration, Instant};
+
+use aab_e2e::error_facts;
+use serde_json::{Value, json};
+
+use crate::android::{SAMPLE, World, simulated};
+
+const CATALOG: &str = "com.example.aab.catalog";
+
+/// The simulator with the 604-node catalog screen, connected to this world's server.
+fn simulated_catalog(w: &World) -> aab_android_sim::Simulator {
+    let opts = aab_android_sim::Options { scenario: aab_android_sim::Scenario::catalog(), ..Default::default() };
+    let sim = w.rt.block_on(aab_android_sim::Simulator::start(opts)).expect("start the simulator (root, adb, busybox-static)");
+    let serial = sim.devices[0].serial.clone();
+    assert!(w.adb(&["connect", &serial]).contains("connected to"));
+    w.wait_online(&serial);
+    sim
+}
+
+fn control(w: &World, sim: &aab_android_sim::Simulator, req: Value) -> Value {
+    let reply = w.rt.block_on(sim.control(req.clone()));
+    assert_eq!(reply["ok"], json!(true), "control {req}: {reply}");
+    reply
+}
+
+/// The simulator's own record of an app (screen, activity, uiObservation, …).
+fn app_state(w: &World, sim: &aab_android_sim::Simulator, package: &str) -> Value {
+    let state = control(w, sim, json!({"op": "state"}));
+    state["apps"].as_array().unwrap().iter().find(|a| a["package"] == json!(package)).unwrap().clone()
+}
+
+/// How many tree reads the app's SDK served since truth record `since`.
+fn tree_reads(w: &World, sim: &aab_android_sim::Simulator, since: u64) -> usize {
+    let truth = control(w, sim, json!({"op": "truth", "kind": "sdk-request", "since": since}));
+    truth["items"].as_array().unwrap().iter().filter(|r| r["data"]["path"] == json!("/v1/view/tree")).count()
+}
+
+fn truth_len(w: &World, sim: &aab_android_sim::Simulator) -> u64 {
+    control(w, sim, json!({"op": "truth"}))["items"].as_array().unwrap().len() as u64
+}
+
+/// Visible nodes of the current screen per the stock `uiautomator dump`, read with adb.
+fn uiautomator_nodes(w: &World) -> usize {
+    w.adb(&["shell", "uiautomator", "dump", "/sdcard/window_dump.xml"]);
+    w.adb(&["shell", "cat", "/sdcard/window_dump.xml"]).matches("<node ").count()
+}
+
+fn compact_ids(tree: &Value) -> Vec<String> {
+    tree["nodes"].as_array().unwrap().iter().filter_map(|n| n["id"].as_str().map(str::to_string)).collect()
+}
+
+#[test]
+fn android_tree_follows_the_simulated_screen() {
+    let w = World::new();
+    let mut sim = simulated(&w);
+    let truth = app_state(&w, &sim, SAMPLE);
+    assert_eq!(truth["screen"], json!("login"));
+
+    let tree = w.ok("tree", json!({"packageName": SAMPLE, "compact": true}));
+    assert_eq!(tree["activity"], truth["activity"], "{tree}");
+    assert_eq!(tree["runtimeEpoch"], truth["runtimeEpoch"]);
+    assert_eq!(compact_ids(&tree), ["content", "title", "email", "password", "remember", "sign_in"]);
+    let button = tree["nodes"].as_array().unwrap().iter().find(|n| n["id"] == json!("sign_in")).unwrap();
+    assert_eq!(*button, json!({"nodeId": 6, "depth": 1, "parent": 1, "class": "Button", "id": "sign_in", "text": "Sign in", "bounds": [60, 920, 1020, 1060], "clickable": true}));
+    assert_eq!(tree["nodeCount"].as_u64().unwrap() as usize, uiautomator_nodes(&w), "every view of the screen, as the stock dump sees it");
+    assert_eq!(tree["dropped"], json!({"maxNodes": 0, "maxDepth": 0}));
+
+    // Host-side filters; full nodes keep the SDK's targetRef.
+    let found = w.ok("tree", json!({"packageName": SAMPLE, "textFilter": "SIGN IN", "classFilter": "button"}));
+    let nodes = found["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 1, "{found}");
+    assert_eq!((nodes[0]["resourceName"].clone(), nodes[0]["targetRef"]["schemaVersion"].clone()), (json!(format!("{SAMPLE}:id/sign_in")), json!("aab.native-target/v1")));
+    let by_id = w.ok("tree", json!({"packageName": SAMPLE, "compact": true, "resourceIdFilter": "pass"}));
+    assert_eq!(compact_ids(&by_id), ["password"]);
+
+    // The phone shows another screen: the next read shows it.
+    control(&w, &sim, json!({"op": "screen", "package": SAMPLE, "screen": "welcome"}));
+    let truth = app_state(&w, &sim, SAMPLE);
+    let tree = w.ok("tree", json!({"packageName": SAMPLE, "compact": true, "visibleOnly": true}));
+    assert_eq!(tree["activity"], truth["activity"]);
+    assert_eq!(truth["activity"], json!(format!("{SAMPLE}.WelcomeActivity")));
+    assert_eq!(compact_ids(&tree), ["content", "greeting", "sign_out"]);
+    assert_eq!(tree["returned"].as_u64().unwrap() as usize, uiautomator_nodes(&w));
+
+    // Not in the foreground: the SDK's own code, nothing dispatched.
+    control(&w, &sim, json!({"op": "foreground", "package": null}));
+    w.fails("tree", json!({"packageName": SAMPLE}), "no_current_activity");
+    sim.shutdown();
+}
+
+#[test]
+fn android_tree_of_a_604_node_screen_reports_what_its_limits_dropped() {
+    let w = World::new();
+    let mut sim = simulated_catalog(&w);
+    let stock = uiautomator_nodes(&w);
+    assert_eq!(stock, 604, "the catalog screen as the stock dump sees it");
+
+    let all = w.ok("tree", json!({"packageName": CATALOG, "compact": true}));
+    assert_eq!((all["nodeCount"].clone(), all["returned"].clone(), all["truncated"].clone()), (json!(stock), json!(stock), json!(false)));
+
+    let capped = w.ok("tree", json!({"packageName": CATALOG, "compact": true, "maxNodes": 100}));
+    assert_eq!((capped["returned"].clone(), capped["matched"].clone(), capped["truncated"].clone()), (json!(100), json!(604), json!(true)));
+    assert_eq!(capped["dropped"], json!({"maxNodes": 504, "maxDepth": 0}));
+
+    // Through MCP: the same command, depth-limited.
+    let mut mcp = w.env.mcp();
+    let (body, is_error) = mcp.call_tool("run", json!({"command": "tree", "arguments": {"packageName": CATALOG, "compact": true, "maxDepth": 1}, "extract": null}));
+    assert!(!is_error, "{body}");
+    let text = body.to_string();
+    assert!(text.contains("\\\"maxDepth\\\":600") || text.contains("\"maxDepth\":600"), "600 rows below depth 1 were dropped: {text:.600}");
+    assert!(text.contains("refresh") && !text.contains("row_0"), "root, title, refresh and list only: {text:.600}");
+
+    // Out-of-range limits are refused, never clamped.
+    w.fails("tree", json!({"packageName": CATALOG, "maxNodes": 1001}), "invalid_argument");
+    w.fails("tree", json!({"packageName": CATALOG, "maxDepth": 201}), "invalid_argument");
+    sim.shutdown();
+}
+
+#[test]
+fn android_wait_text_sees_a_timed_transition_and_times_out_with_its_last_check() {
+    let w = World::new();
+    let mut sim = simulated(&w);
+    let welcome = format!("{SAMPLE}.WelcomeActivity");
+
+    // The screen changes 800 ms from now; the wait needs the new screen in full.
+    let since = truth_len(&w, &sim);
+    control(&w, &sim, json!({"op": "later", "delayMs": 800, "then": {"op": "screen", "package": SAMPLE, "screen": "welcome"}}));
+    let done = w.ok("wait-text", json!({"packageName": SAMPLE, "requireText": ["Sign out"], "absentText": ["Sign in"], "requireActivity": welcome, "intervalMs": 100, "timeoutMs": 20000}));
+    assert_eq!(done["matched"]["requireText"], json!(["Sign out"]), "{done}");
+    assert_eq!(done["activity"], json!(welcome));
+    let truth = app_state(&w, &sim, SAMPLE);
+    assert_eq!((truth["screen"].clone(), truth["activity"].clone()), (json!("welcome"), json!(welcome)), "ground truth: the phone changed screen");
+    assert_eq!(done["polls"].as_u64().unwrap() as usize, tree_reads(&w, &sim, since), "one SDK tree read per reported poll");
+    let later = control(&w, &sim, json!({"op": "truth", "kind": "later", "since": since}));
+    assert_eq!(later["items"].as_array().unwrap().len(), 1, "the transition fired once: {later}");
+
+    // A label that never shows: deadline_exceeded with the last check, not dispatched.
+    let since = truth_len(&w, &sim);
+    let (body, run) = w.run("wait-text", json!({"packageName": SAMPLE, "targetText": "Sign out", "requireText": ["Nope"], "intervalMs": 100, "timeoutMs": 1500}));
+    let facts = error_facts(&body).clone();
+    w.env.check(run.exit() != 0 && facts["error"] == json!("deadline_exceeded") && facts["dispatched"] == json!(false), &run, "wait-text timeout");
+    let details = &facts["details"];
+    assert_eq!(details["lastCheck"]["missing"], json!(["Nope"]), "{facts}");
+    assert_eq!(details["lastCheck"]["present"], json!(["Sign out"]), "{facts}");
+    assert_eq!(details["polls"].as_u64().unwrap() as usize, tree_reads(&w, &sim, since), "{facts}");
+
+    // An unreadable tree is never a successful absence.
+    control(&w, &sim, json!({"op": "foreground", "package": null}));
+    let facts = w.fails("wait-text", json!({"packageName": SAMPLE, "provider": "native", "absentText": ["Sign out"]}), "observation_unavailable");
+    assert_eq!(facts["details"]["cause"]["error"], json!("no_current_activity"), "{facts}");
+
+    // Argument rules: a condition is needed; absence-only waits name the provider;
+    // label lists are JSON arrays (a comma string is not split).
+    w.fails("wait-text", json!({"packageName": SAMPLE}), "invalid_argument");
+    let facts = w.fails("wait-text", json!({"packageName": SAMPLE, "absentText": ["Loading"]}), "invalid_argument");
+    assert_eq!(facts["field"], json!("provider"), "{facts}");
+    w.fails("wait-text", json!({"packageName": SAMPLE, "requireText": "Sign in,Sign out"}), "invalid_argument");
+    w.fails("wait-text", json!({"packageName": SAMPLE, "targetText": "x", "timeoutSec": 1}), "unsupported_argument");
+    sim.shutdown();
+}
+
+#[test]
+fn android_ui_observation_lease_matches_the_simulator() {
+    let w = World::new();
+    let mut sim = simulated(&w);
+    let lease_of = |sim: &aab_android_sim::Simulator| app_state(&w, sim, SAMPLE)["uiObservation"].clone();
+    assert_eq!(lease_of(&sim)["state"], json!("idle"));
+
+    let started = w.ok("ui-observation", json!({"packageName": SAMPLE, "operation": "start", "durationMs": 5000}));
+    let lease = started["leaseId"].as_str().unwrap().to_string();
+    assert_eq!(started["active"], json!(true), "{started}");
+    let truth = lease_of(&sim);
+    assert_eq!((truth["state"].clone(), truth["leaseId"].clone(), truth["durationMs"].clone()), (json!("active"), json!(lease), json!(5000)));
+
+    // One lease at a time; a stop needs its id; both refusals leave the lease alone.
+    let facts = w.fails("ui-observation", json!({"packageName": SAMPLE, "operation": "start", "durationMs": 100}), "ui_observation_busy");
+    assert_eq!(facts["details"]["body"]["observer"]["leaseId"], json!(lease), "{facts}");
+    let facts = w.fails("ui-observation", json!({"packageName": SAMPLE, "operation": "stop", "leaseId": "0000"}), "ui_observation_lease_mismatch");
+    assert_eq!(facts["field"], json!("leaseId"));
+    assert_eq!(lease_of(&sim)["state"], json!("active"));
+
+    // Status through MCP.
+    let mut mcp = w.env.mcp();
+    let (body, is_error) = mcp.call_tool("run", json!({"command": "ui-observation", "arguments": {"packageName": SAMPLE, "operation": "status"}, "extract": null}));
+    assert!(!is_error && body.to_string().contains(&lease), "{body}");
+
+    let stopped = w.ok("ui-observation", json!({"packageName": SAMPLE, "operation": "stop", "leaseId": lease}));
+    assert_eq!((stopped["active"].clone(), stopped["state"].clone()), (json!(false), json!("stopped")), "{stopped}");
+    assert_eq!(lease_of(&sim)["state"], json!("stopped"));
+
+    // A short lease expires on its own; status reports it, the simulator agrees.
+    let short = w.ok("ui-observation", json!({"packageName": SAMPLE, "operation": "start", "durationMs": 100}));
+    let until = Instant::now() + Duration::from_secs(10);
+    while lease_of(&sim)["state"] != json!("expired") {
+        assert!(Instant::now() < until, "the 100 ms lease never expired");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = w.ok("ui-observation", json!({"packageName": SAMPLE, "operation": "status"}));
+    assert_eq!((status["active"].clone(), status["state"].clone(), status["leaseId"].clone(), status["remainingMs"].clone()), (json!(false), json!("expired"), short["leaseId"].clone(), json!(0)));
+
+    // A restarted process has no lease: the old id no longer stops anything.
+    let active = w.ok("ui-observation", json!({"packageName": SAMPLE, "operation": "start", "durationMs": 5000}));
+    control(&w, &sim, json!({"op": "restart", "package": SAMPLE}));
+    assert_eq!(lease_of(&sim)["state"], json!("idle"));
+    w.fails("ui-observation", json!({"packageName": SAMPLE, "operation": "stop", "leaseId": active["leaseId"]}), "ui_observation_lease_mismatch");
+
+    // Schema rules per operation; the Flutter provider needs a Flutter runtime.
+    w.fails("ui-observation", json!({"packageName": SAMPLE, "operation": "start", "durationMs": 99}), "invalid_argument");
+    assert_eq!(w.fails("ui-observation", json!({"packageName": SAMPLE, "operation": "start"}), "missing_argument")["field"], json!("durationMs"));
+    assert_eq!(w.fails("ui-observation", json!({"packageName": SAMPLE, "operation": "stop"}), "missing_argument")["field"], json!("leaseId"));
+    w.fails("ui-observation", json!({"packageName": SAMPLE, "operation": "status", "leaseId": "x"}), "unsupported_argument");
+    w.fails("ui-observation", json!({"packageName": SAMPLE, "operation": "status", "provider": "flutter"}), "flutter_channel_failed");
+    sim.shutdown();
+}
