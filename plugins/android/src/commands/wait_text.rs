@@ -35,7 +35,8 @@ fn spec() -> CommandSpec {
         .permission("app.interact")
         .target_key("serial")
         .target_key("packageName")
-        .lane("observation")
+        // Its own lane: a long wait must not hold up tree/status reads of the same app.
+        .lane("wait")
         .timeouts(10_000, 60_000)
         .input_schema(object(
             props(json!({
