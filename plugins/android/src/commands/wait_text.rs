@@ -150,8 +150,9 @@ impl Command for WaitText {
         cancellable(ctx, async {
             let mut polls = 0u64;
             let mut last: Option<(Check, String, String)> = None;
+            // `polls` counts completed reads; one cut short by the deadline may still
+            // have reached the app.
             loop {
-                polls += 1;
                 let read: TreeRead = match read(&app, &budget).await {
                     Ok(r) => r,
                     // The deadline passed during the read: that is the timeout, not a broken tree.
@@ -161,6 +162,7 @@ impl Command for WaitText {
                         return Err(ProviderError::new(OBSERVATION_UNAVAILABLE, format!("the native view tree of {} could not be read: {}", args.package_name, e.message)).with_details(details).not_dispatched());
                     }
                 };
+                polls += 1;
                 let c = check(&read.body, &args);
                 if c.satisfied() {
                     return Ok(json!({
