@@ -287,3 +287,47 @@ fn android_tree_figures() {
     println!("GET /v1/view/tree through the adb forward: median {} ms, min {} ms, max {} ms", ms[5], ms[0], ms[9]);
     sim.shutdown();
 }
+
+/// Script reaches the three commands through `script.target` with their declared
+/// permissions: tree (app.read) and ui-observation (capture.read) run; wait-text
+/// (app.interact) is refused when the script drops app.interact.
+#[test]
+fn android_script_calls_tree_and_ui_observation_within_its_permissions() {
+    let w = World::new();
+    let mut sim = simulated(&w);
+    let serial = sim.devices[0].serial.clone();
+    let source = "exports.main = async (ctx) => {
+        const tree = await ctx.call('tree', {compact: true, textFilter: 'sign in'});
+        const lease = await ctx.call('ui-observation', {operation: 'start', durationMs: 5000});
+        const wait = await ctx.call('wait-text', {targetText: 'Sign in'});
+        return {tree: tree.ok && tree.result.nodes.map((n) => n.id), leaseId: lease.ok && lease.result.leaseId, wait: [wait.ok, wait.error && wait.error.code, wait.dispatched]};
+    };";
+    let script = json!({"schemaVersion": "aab.code-script/v1", "language": "javascript", "source": source,
+                        "target": {"platform": "android", "serial": serial, "packageName": SAMPLE}, "permissions": ["app.read", "capture.read"]});
+    let run = |args: &[&str]| {
+        let mut argv = vec!["script"];
+        argv.extend_from_slice(args);
+        let run = w.env.aab(&argv);
+        let body = w.env.json_of(&run);
+        w.env.check(body.pointer("/execution/ok") == Some(&json!(true)), &run, "script operation");
+        body["value"].clone()
+    };
+    run(&["--operation", "start", "--operation-id", "android-tree", "--script", &script.to_string()]);
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let v = run(&["--operation", "wait", "--operation-id", "android-tree", "--wait-ms", "5000"]);
+        if ["completed", "failed", "cancelled"].contains(&v["status"].as_str().unwrap_or("")) {
+            assert_eq!(v["status"], json!("completed"), "{v}");
+            break;
+        }
+        assert!(Instant::now() < until, "the script did not finish: {v}");
+    }
+    let result = run(&["--operation", "result", "--operation-id", "android-tree"])["result"].clone();
+    assert_eq!(result["tree"], json!(["title", "sign_in"]), "{result}");
+    assert_eq!(result["wait"], json!([false, "permission_not_granted", false]), "{result}");
+    let truth = app_state(&w, &sim, SAMPLE)["uiObservation"].clone();
+    // Ground truth: the script's lease is the phone's (active, or expired by now on a slow machine).
+    assert_eq!(truth["leaseId"], result["leaseId"], "{truth}");
+    assert!(truth["state"] == json!("active") || truth["state"] == json!("expired"), "{truth}");
+    sim.shutdown();
+}
