@@ -5,6 +5,7 @@
 
 mod android;
 mod android_capture;
+mod android_tree;
 mod facts;
 mod foundation;
 mod hostile;

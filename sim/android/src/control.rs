@@ -74,6 +74,7 @@ pub async fn handle(devices: &[Arc<Device>], req: &Value) -> Value {
                         "pid": a.process.as_ref().map(|p| p.pid), "runtimeEpoch": a.process.as_ref().filter(|_| a.spec.sdk).map(|p| p.epoch.clone()),
                         "screen": a.spec.screens.get(a.screen).map(|s| s.name.clone()), "activity": a.current_activity(),
                         "values": a.values, "focused": a.focused, "permissions": a.permissions, "appops": a.appops,
+                        "uiObservation": a.process.as_ref().filter(|_| a.spec.sdk).map(|p| crate::observation::status(&p.epoch)),
                         "capture": { "logs": a.capture.logs, "network": a.capture.network, "state": a.capture.state, "events": a.capture.events },
                     })
                 })
@@ -205,6 +206,6 @@ pub async fn handle(devices: &[Arc<Device>], req: &Value) -> Value {
             });
             json!({ "ok": true })
         }
-        _ => err("unknown_op", format!("unknown op {op:?}")),
+        _ => crate::control_timed::handle(devices, &dev, req).unwrap_or_else(|| err("unknown_op", format!("unknown op {op:?}"))),
     }
 }

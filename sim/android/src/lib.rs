@@ -12,10 +12,12 @@
 
 mod adbd;
 pub mod control;
+mod control_timed;
 pub mod device;
 mod dumpsys;
 pub mod faults;
 mod lifecycle;
+mod observation;
 pub mod phone;
 pub mod rootfs;
 pub mod scenario;

@@ -9,6 +9,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 pub const SAMPLE: &str = include_str!("../scenarios/sample.json");
+/// One SDK app whose only screen has 604 views (benchmarks of large trees).
+pub const CATALOG: &str = include_str!("../scenarios/catalog.json");
 
 #[derive(Deserialize, Clone, Debug)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
@@ -24,6 +26,11 @@ pub struct Scenario {
 impl Scenario {
     pub fn sample() -> Scenario {
         serde_json::from_str(SAMPLE).expect("sample scenario parses")
+    }
+
+    /// The 604-node screen of `scenarios/catalog.json`.
+    pub fn catalog() -> Scenario {
+        serde_json::from_str(CATALOG).expect("catalog scenario parses")
     }
 
     pub fn parse(text: &str) -> Result<Scenario, String> {

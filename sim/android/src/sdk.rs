@@ -190,27 +190,13 @@ fn route(dev: &Device, package: &str, epoch: &str, version: &str, req: &Request)
                 let item = ph.apps[idx].capture_record(kind, body, action);
                 (200, json!({ "ok": true, "event": item }))
             }
-            ("POST", "/v1/ui/observation") => (200, observation(&req.body)),
+            ("POST", "/v1/ui/observation") => (200, crate::observation::handle(epoch, &req.body)),
+            // No Flutter engine runs in a simulated app: the Dart channel is absent.
+            ("POST", "/v1/flutter/observation") => (200, json!({ "ok": false, "error": "flutter_channel_failed", "message": "no Flutter engine is attached to this process" })),
             _ => (404, json!({ "ok": false, "error": "not_found" })),
         }
     });
     r.unwrap_or((500, json!({ "ok": false, "error": "java.lang.IllegalStateException: process is gone" })))
-}
-
-fn observation(body: &[u8]) -> Value {
-    let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-    match v.get("operation").and_then(Value::as_str) {
-        Some("start") => {
-            let d = v.get("durationMs").and_then(Value::as_u64).unwrap_or(0);
-            if !(100..=5000).contains(&d) {
-                return json!({ "ok": false, "error": "invalid_duration" });
-            }
-            json!({ "ok": true, "active": true, "remainingMs": d, "leaseId": crate::device::uuid4(), "sampling": { "intervalMs": 100 } })
-        }
-        Some("stop") => json!({ "ok": true, "active": false, "remainingMs": 0, "leaseId": v.get("leaseId") }),
-        Some("status") => json!({ "ok": true, "active": false, "remainingMs": 0, "leaseId": null }),
-        _ => json!({ "ok": false, "error": "invalid_operation" }),
-    }
 }
 
 fn status(ph: &crate::phone::Phone, idx: usize, fg: bool, epoch: &str, version: &str) -> Value {
@@ -229,7 +215,7 @@ fn status(ph: &crate::phone::Phone, idx: usize, fg: bool, epoch: &str, version: 
         "activity": { "current": if fg { app.current_activity() } else { None } },
         "capture": { "logs": app.capture.logs.len(), "network": app.capture.network.len(), "state": app.capture.state.len(), "events": app.capture.events.len() },
         "capturePersistence": { "persistent": false, "attachmentState": "disabled", "attachmentError": null, "lifecycleState": "resumed", "profile": null, "directory": null, "disabledReason": "simulator", "operation": null },
-        "uiObservation": { "active": false, "remainingMs": 0, "leaseId": null },
+        "uiObservation": crate::observation::status(epoch),
         "flutter": null,
         "updatedAtMs": now_ms(),
     })

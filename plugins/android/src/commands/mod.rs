@@ -20,6 +20,9 @@ mod capture;
 mod forward;
 mod screenshot;
 mod status;
+mod tree;
+mod ui_observation;
+mod wait_text;
 
 /// Every Android command, in catalog order. One line per command: adding a command
 /// is a module with its spec, typed arguments and code, plus its line here.
@@ -33,6 +36,9 @@ pub fn list() -> Commands<AndroidProvider> {
         .add::<capture::Network>()
         .add::<capture::Events>()
         .add::<screenshot::Screenshot>()
+        .add::<tree::Tree>()
+        .add::<wait_text::WaitText>()
+        .add::<ui_observation::UiObservation>()
 }
 
 #[derive(Deserialize)]
@@ -102,7 +108,7 @@ mod tests {
     fn the_manifest_passes_the_sdk_checks() {
         let specs: Vec<CommandSpec> = list().specs().cloned().collect();
         let names: Vec<&str> = specs.iter().map(|c| c.command.as_str()).collect();
-        assert_eq!(names, ["status", "forward", "remove-forward", "logs", "state", "network", "events", "screenshot"]);
+        assert_eq!(names, ["status", "forward", "remove-forward", "logs", "state", "network", "events", "screenshot", "tree", "wait-text", "ui-observation"]);
         crate::manifest::manifest().commands(specs).check().unwrap();
     }
 }
