@@ -17,6 +17,9 @@ use crate::manifest::DEFAULT_ADB_TIMEOUT_MS;
 use crate::sdk::SdkTarget;
 
 mod forward;
+mod keyboard_state;
+mod logcat;
+mod permission_state;
 mod status;
 
 /// Every Android command, in catalog order. One line per command: adding a command
@@ -26,6 +29,9 @@ pub fn list() -> Commands<AndroidProvider> {
         .add::<status::Status>()
         .add::<forward::Forward>()
         .add::<forward::RemoveForward>()
+        .add::<logcat::Logcat>()
+        .add::<keyboard_state::KeyboardState>()
+        .add::<permission_state::PermissionState>()
 }
 
 #[derive(Deserialize)]
@@ -95,7 +101,7 @@ mod tests {
     fn the_manifest_passes_the_sdk_checks() {
         let specs: Vec<CommandSpec> = list().specs().cloned().collect();
         let names: Vec<&str> = specs.iter().map(|c| c.command.as_str()).collect();
-        assert_eq!(names, ["status", "forward", "remove-forward"]);
+        assert_eq!(names, ["status", "forward", "remove-forward", "logcat", "keyboard-state", "permission-state"]);
         crate::manifest::manifest().commands(specs).check().unwrap();
     }
 }
