@@ -180,6 +180,11 @@ fn android_keyboard_state_follows_focus_through_cli_and_mcp() {
     control(&w, &sim, json!({"op": "keyevent", "keyCode": 4}));
     assert_eq!(control(&w, &sim, json!({"op": "state"}))["keyboard"], json!(false));
     assert_eq!(w.ok("keyboard-state", json!({}))["shown"], json!(false));
+    // A cut dump (simulator fault) is unavailable, never "hidden".
+    control(&w, &sim, json!({"op": "faults", "set": {"dumpsysMalformed": 1}}));
+    control(&w, &sim, json!({"op": "tap", "x": 500, "y": 470}));
+    w.fails("keyboard-state", json!({}), "keyboard_state_unavailable");
+    assert_eq!(w.ok("keyboard-state", json!({}))["shown"], json!(true));
     sim.shutdown();
 }
 
@@ -218,5 +223,7 @@ fn android_permission_state_reads_grants_and_app_ops() {
     other_user["userId"] = json!(7);
     let facts = w.fails("permission-state", other_user, "user_not_found");
     assert_eq!(facts["field"], json!("userId"));
+    control(&w, &sim, json!({"op": "faults", "set": {"dumpsysMalformed": 1}}));
+    w.fails("permission-state", perm("android.permission.CAMERA"), "permission_state_unavailable");
     sim.shutdown();
 }

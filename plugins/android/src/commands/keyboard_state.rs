@@ -14,8 +14,8 @@ use super::{Budget, cancellable, device};
 use crate::AndroidProvider;
 use crate::manifest::{object, props};
 
-/// `dumpsys input_method` answered without InputMethodManagerService's state
-/// (service missing, output cut or in an unknown layout).
+/// `dumpsys input_method` answered without InputMethodManagerService's state or
+/// without any visibility signal (service missing, output cut, unknown layout).
 pub const KEYBOARD_STATE_UNAVAILABLE: &str = "keyboard_state_unavailable";
 
 fn spec() -> CommandSpec {
@@ -117,6 +117,11 @@ pub fn parse_input_method(text: &str) -> Result<Value, ProviderError> {
     let input_shown = flag(text, "mInputShown").or_else(|| flag(text, "inputShown"));
     let vis = ime_window_vis(text);
     let window_visible = flag(text, "mWindowVisible");
+    if input_shown.is_none() && vis.is_none() && window_visible.is_none() {
+        // A cut or foreign dump without any visibility signal must not read as "hidden".
+        let head: String = text.chars().take(200).collect();
+        return Err(ProviderError::new(KEYBOARD_STATE_UNAVAILABLE, "dumpsys input_method printed none of mInputShown, mImeWindowVis, mWindowVisible").with_details(json!({"output": head})).not_dispatched());
+    }
     let view_shown = flag(text, "mIsInputViewShown");
     let view_started = flag(text, "mInputViewStarted");
     let shown = input_shown == Some(true) || vis.is_some_and(|v| v & 0x1 != 0) || (window_visible == Some(true) && (view_shown == Some(true) || view_started == Some(true)));
@@ -248,5 +253,7 @@ Input method service state for com.google.android.inputmethod.latin/com.android.
         assert_eq!(parse_input_method(&password).unwrap()["editor"]["password"], json!(true));
         let e = parse_input_method("Can't find service: input_method\n").unwrap_err();
         assert_eq!(e.error, KEYBOARD_STATE_UNAVAILABLE);
+        let cut = &SHOWN[..SHOWN.find("mShowRequested").unwrap()];
+        assert_eq!(parse_input_method(cut).unwrap_err().error, KEYBOARD_STATE_UNAVAILABLE, "a cut dump is not a hidden keyboard");
     }
 }

@@ -170,6 +170,10 @@ pub fn parse_package(text: &str, package: &str) -> Result<PackagePermissions, Pr
             },
         }
     }
+    if p.users.is_empty() {
+        // Every installed package has `User <u>:` blocks; none means the dump was cut.
+        return Err(unavailable(format!("the dump of {package} has no User blocks (cut or unknown layout)"), text));
+    }
     Ok(p)
 }
 
@@ -360,6 +364,8 @@ Queries:
         assert_eq!(parse_package(missing, "com.nope.app").unwrap_err().error, PACKAGE_NOT_FOUND);
         assert_eq!(parse_package(DUMP, "com.other.app").unwrap_err().error, PACKAGE_NOT_FOUND);
         assert_eq!(parse_package("\u{fffd}\u{fffd} garbled", "com.example.app").unwrap_err().error, PERMISSION_STATE_UNAVAILABLE);
+        let cut = &DUMP[..DUMP.find("    User 0:").unwrap()];
+        assert_eq!(parse_package(cut, "com.example.app").unwrap_err().error, PERMISSION_STATE_UNAVAILABLE, "a cut dump is not a missing user");
     }
 
     #[test]
