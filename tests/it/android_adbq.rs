@@ -227,3 +227,40 @@ fn android_permission_state_reads_grants_and_app_ops() {
     w.fails("permission-state", perm("android.permission.CAMERA"), "permission_state_unavailable");
     sim.shutdown();
 }
+
+const PY_READS: &str = "def main(ctx):\n    p = ctx.call('permission-state', {'permission': 'android.permission.CAMERA'})\n    k = ctx.call('keyboard-state', {})\n    l = ctx.call('logcat', {'tag': 'Probe'})\n    for r in (p, k, l):\n        if not r['ok']:\n            raise RuntimeError(str(r['error']))\n    return {'granted': p['result']['granted'], 'shown': k['result']['shown'], 'pid': l['result']['pid'], 'messages': [x['message'] for x in l['result']['records']]}\n";
+
+/// The three reads from a Script (Python) bound to the app: `app.read` and
+/// `capture.read` are default permissions; without `capture.read` logcat is refused.
+#[test]
+fn android_device_reads_from_a_script() {
+    let w = World::new();
+    let mut sim = simulated(&w);
+    control(&w, &sim, json!({"op": "logcat", "package": SAMPLE, "level": "I", "tag": "Probe", "message": "seen by the script"}));
+    let truth = app_state(&w, &sim, SAMPLE);
+    let target = json!({"platform": "android", "serial": sim.devices[0].serial, "packageName": SAMPLE});
+    let run_script = |id: &str, extra: Value| {
+        let mut spec = json!({"schemaVersion": "aab.code-script/v1", "language": "python", "source": PY_READS, "target": target});
+        for (k, v) in extra.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        w.ok("script", json!({"operation": "start", "operationId": id, "script": spec.to_string()}));
+        let until = Instant::now() + Duration::from_secs(60);
+        loop {
+            let v = w.ok("script", json!({"operation": "wait", "operationId": id, "waitMs": 5000}));
+            if ["completed", "failed", "cancelled"].contains(&v["status"].as_str().unwrap_or_default()) {
+                return v;
+            }
+            assert!(Instant::now() < until, "script {id} never ended: {v}");
+        }
+    };
+    let v = run_script("reads", json!({}));
+    assert_eq!(v["status"], json!("completed"), "{v}");
+    let result = w.ok("script", json!({"operation": "result", "operationId": "reads"}))["result"].clone();
+    assert_eq!(result, json!({"granted": truth["permissions"]["android.permission.CAMERA"], "shown": false, "pid": truth["pid"], "messages": ["seen by the script"]}));
+
+    let v = run_script("no-capture", json!({"permissions": ["app.read"]}));
+    assert_eq!(v["status"], json!("failed"), "{v}");
+    assert!(v.to_string().contains("permission_not_granted"), "{v}");
+    sim.shutdown();
+}
