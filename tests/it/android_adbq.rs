@@ -77,6 +77,8 @@ fn android_logcat_dump_filters_match_the_log_ring() {
     let system = w.ok("logcat", json!({"deviceLogBuffers": "system"}));
     let want: Vec<Value> = truth.iter().filter(|l| l["pid"] == json!(1000)).cloned().collect();
     assert_eq!(strip(&system["records"]), want);
+    let both = w.ok("logcat", json!({"deviceLogBuffers": ["system", "crash"]}));
+    assert_eq!((strip(&both["records"]), both["buffers"].clone()), (want, json!(["system", "crash"])), "an array of buffers (JSON on the CLI)");
 
     // since: the device's own time of a record; everything at or after it.
     let since = app["records"].as_array().unwrap().last().unwrap()["time"].as_str().unwrap().to_string();
