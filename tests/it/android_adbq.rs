@@ -108,16 +108,7 @@ fn android_logcat_follow_is_bounded_and_sees_new_lines() {
     std::thread::scope(|s| {
         let follower = s.spawn(|| w.ok("logcat", json!({"follow": true, "durationSec": 4, "tag": "Probe"})));
         // Write the line once the device runs the follower's logcat (ground truth: the tool call).
-        let until = Instant::now() + Duration::from_secs(20);
-        loop {
-            let truth = control(&w, &sim, json!({"op": "truth", "kind": "tool", "since": seq}));
-            let started = truth["items"].as_array().unwrap().iter().any(|r| r["data"]["argv"][0] == json!("logcat") && !r["data"]["argv"].as_array().unwrap().contains(&json!("-d")));
-            if started {
-                break;
-            }
-            assert!(Instant::now() < until, "the follower never started logcat on the device");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_for_follower(&w, &sim, seq);
         control(&w, &sim, json!({"op": "logcat", "package": SAMPLE, "tag": "Probe", "message": "during follow"}));
         let got = follower.join().unwrap();
         let messages: Vec<&str> = got["records"].as_array().unwrap().iter().map(|r| r["message"].as_str().unwrap()).collect();
@@ -135,7 +126,33 @@ fn android_logcat_follow_is_bounded_and_sees_new_lines() {
     // A window longer than the command's deadline ends before it, with time to reply.
     let got = w.ok("logcat", json!({"follow": true, "durationSec": 30, "timeoutMs": 2500, "lines": 1}));
     assert!(got["follow"]["windowMs"].as_u64().unwrap() <= 1500, "{got}");
+
+    // The phone reboots during a follow: the stream breaks and the read fails (no
+    // partial answer passes for a complete window), never dispatched.
+    let seq = control(&w, &sim, json!({"op": "truth"}))["items"].as_array().and_then(|r| r.last()).map(|r| r["seq"].as_u64().unwrap()).unwrap_or(0);
+    std::thread::scope(|s| {
+        let follower = s.spawn(|| w.run("logcat", json!({"follow": true, "durationSec": 20})));
+        wait_for_follower(&w, &sim, seq);
+        control(&w, &sim, json!({"op": "reboot", "offlineMs": 1000}));
+        let (body, run) = follower.join().unwrap();
+        let facts = aab_e2e::error_facts(&body).clone();
+        w.env.check(run.exit() != 0 && facts["error"] == json!("adb_command_failed") && facts["dispatched"] == json!(false), &run, "a reboot mid-follow fails the read");
+    });
     sim.shutdown();
+}
+
+/// Wait until the device runs a following logcat (ground truth: the tool call after `seq`).
+fn wait_for_follower(w: &World, sim: &aab_android_sim::Simulator, seq: u64) {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let truth = control(w, sim, json!({"op": "truth", "kind": "tool", "since": seq}));
+        let started = truth["items"].as_array().unwrap().iter().any(|r| r["data"]["argv"][0] == json!("logcat") && !r["data"]["argv"].as_array().unwrap().contains(&json!("-d")));
+        if started {
+            return;
+        }
+        assert!(Instant::now() < until, "the follower never started logcat on the device");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Processes running the simulator's tool shim for `logcat` inside the device root.
