@@ -6,6 +6,7 @@
 mod android;
 mod android_capture;
 mod android_tree;
+mod android_adbq;
 mod facts;
 mod foundation;
 mod hostile;

@@ -4,7 +4,7 @@
 //! services, device selection), [`sdk`] (the SDK connection sequence: endpoint
 //! descriptor, verified forward, one-request HTTP), [`foreground`] (foreground
 //! identity), [`manifest`] (specs), [`commands`] (typed commands). Only commands
-//! that work end to end are advertised: `status`, `forward`, `remove-forward`.
+//! that work end to end are advertised (the list is `commands::list`).
 
 // `ProviderError` is the SDK's error type; the transport returns it by value.
 #![allow(clippy::result_large_err)]

@@ -181,6 +181,12 @@ pub async fn handle(devices: &[Arc<Device>], req: &Value) -> Value {
             dev.phone.lock().unwrap().log(pid, level, s(req, "tag").unwrap_or("Sim"), s(req, "message").unwrap_or(""));
             json!({ "ok": true })
         }
+        "log-ring" => {
+            // Ground truth of the logcat ring: every line held, oldest first, with its buffer.
+            let ph = dev.phone.lock().unwrap();
+            let lines: Vec<Value> = ph.logcat.iter().map(|l| json!({ "atMs": l.at_ms, "pid": l.pid, "tid": l.tid, "level": l.level.to_string(), "tag": l.tag, "message": l.message, "buffer": crate::tools::logcat::buffer_of(l) })).collect();
+            json!({ "ok": true, "total": ph.logcat_total, "lines": lines })
+        }
         "capture" => {
             let Some(p) = pkg else { return err("missing_argument", "package") };
             let kind = s(req, "kind").unwrap_or("log").to_string();

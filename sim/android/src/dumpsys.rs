@@ -1,6 +1,6 @@
 //! Text renderings of system services in Android's formats: `dumpsys window`,
-//! `dumpsys package`, `dumpsys input_method`, `dumpsys activity`, the package
-//! list, and logcat `threadtime` lines.
+//! `dumpsys package`, `dumpsys activity`, the package list, and logcat
+//! `threadtime` lines (`dumpsys input_method` is `tools/ime.rs`).
 
 use std::fmt::Write;
 
@@ -90,15 +90,6 @@ pub fn activity(ph: &Phone) -> String {
     };
     format!(
         "ACTIVITY MANAGER ACTIVITIES (dumpsys activity activities)\nDisplay #0 (activities from top to bottom):\n  * Task{{4d3c2b1 #{task} type=standard A={uid}:{pkg} U=0 visible=true visibleRequested=true mode=fullscreen translucent=false sz=1}}\n    mLastPausedActivity: null\n    * Hist  #0: {rec}\n      packageName={pkg} processName={pkg}\n      state=RESUMED stopped=false delayedResume=false finishing=false\n\n  Resumed activities in task display areas (from top to bottom):\n    Resumed: {rec}\n\n  ResumedActivity: {rec}\n  topResumedActivity={rec}\n"
-    )
-}
-
-pub fn input_method(ph: &Phone) -> String {
-    let (tok, title, _) = focus(ph);
-    let vis = if ph.keyboard { "0x3" } else { "0x0" };
-    format!(
-        "Current Input Method Manager state:\n  Input Methods: mMethodMapUpdateCount=2 mBindInstantServiceAllowed=false\n  InputMethod #0:\n    mId=com.google.android.inputmethod.latin/com.android.inputmethod.latin.LatinIME mSettingsActivityName=com.android.inputmethod.latin.settings.SettingsActivity\n  mCurMethodId=com.google.android.inputmethod.latin/com.android.inputmethod.latin.LatinIME\n  mCurFocusedWindow=Window{{{tok} u0 {title}}}\n  mCurFocusedWindowSoftInputMode=STATE_UNSPECIFIED|ADJUST_RESIZE|IS_FORWARD_NAVIGATION\n  mImeWindowVis={vis}\n  mInputShown={}\n  mShowRequested={}\n  mSystemReady=true mInteractive=true\n",
-        ph.keyboard, ph.keyboard
     )
 }
 

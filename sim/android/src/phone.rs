@@ -23,6 +23,8 @@ pub struct Phone {
     pub next_pid: u32,
     pub next_task: u32,
     pub logcat: Vec<LogLine>,
+    /// Lines ever written to `logcat` (follow readers find the new ones after eviction or `-c`).
+    pub logcat_total: u64,
     /// Installed APKs without a scenario entry: sha256 → package.
     pub extra_installs: Vec<(String, String)>,
     /// `pm install-create` sessions: id → bytes written so far.
@@ -402,6 +404,7 @@ impl Phone {
             next_pid: 4000,
             next_task: 10,
             logcat: vec![],
+            logcat_total: 0,
             extra_installs: vec![],
             install_sessions: BTreeMap::new(),
             next_session: 1_000_000,
@@ -422,6 +425,7 @@ impl Phone {
 
     pub fn log(&mut self, pid: u32, level: char, tag: &str, message: &str) {
         self.logcat.push(LogLine { at_ms: crate::device::now_ms(), pid, tid: pid, level, tag: tag.into(), message: message.into() });
+        self.logcat_total += 1;
         if self.logcat.len() > 5000 {
             self.logcat.remove(0);
         }

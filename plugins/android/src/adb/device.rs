@@ -36,6 +36,16 @@ impl ShellOutput {
     }
 }
 
+/// What a [`Device::shell_window`] collected; `exit_code` is `None` when the
+/// window (or the output limit) ended the command.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShellWindow {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub exit_code: Option<u8>,
+    pub truncated: bool,
+}
+
 /// A sync `STAT` answer; all zero means "no such file" on the wire, kept as `None`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stat {
@@ -119,6 +129,43 @@ impl Device {
                 SHELL_EXIT => return Ok(ShellOutput { exit_code: data.first().copied().unwrap_or(255), stdout, stderr }),
                 _ => {}
             }
+        }
+    }
+
+    /// Run `command` with shell v2 and collect what it prints until it exits or
+    /// `until` passes, whichever is first; then the connection is dropped, which ends
+    /// the command on the device (adbd kills a shell whose stream closes). For
+    /// commands that never end by themselves, such as `logcat` without `-d`. More
+    /// than `limit` bytes of output also end the window (`truncated`).
+    pub async fn shell_window(&self, command: &str, until: Deadline, limit: usize, deadline: Deadline) -> Result<ShellWindow> {
+        let mut c = self.open(&format!("shell,v2,raw:{command}"), deadline).await?;
+        c.what = format!("shell {}", truncate(command, 80));
+        c.write_all(&shell_packet(SHELL_CLOSE_STDIN, &[])).await?;
+        let mut w = ShellWindow::default();
+        let collect = async {
+            loop {
+                let head = c.read_exact(5).await?;
+                let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
+                let data = c.read_exact(len).await?;
+                match head[0] {
+                    SHELL_STDOUT | SHELL_STDERR if w.stdout.len() + w.stderr.len() + len > limit => {
+                        w.truncated = true;
+                        return Ok::<(), ProviderError>(());
+                    }
+                    SHELL_STDOUT => w.stdout.extend_from_slice(&data),
+                    SHELL_STDERR => w.stderr.extend_from_slice(&data),
+                    SHELL_EXIT => {
+                        w.exit_code = Some(data.first().copied().unwrap_or(255));
+                        return Ok(());
+                    }
+                    _ => {}
+                }
+            }
+        };
+        match tokio::time::timeout_at(until.instant(), collect).await {
+            Ok(Err(e)) if e.error == codes::ADB_COMMAND_FAILED => Err(err::command_failed(&c.what, format!("the shell stream ended without an exit code ({})", e.message))),
+            Ok(Err(e)) => Err(e),
+            Ok(Ok(())) | Err(_) => Ok(w),
         }
     }
 

@@ -18,6 +18,9 @@ use crate::sdk::SdkTarget;
 
 mod capture;
 mod forward;
+mod keyboard_state;
+mod logcat;
+mod permission_state;
 mod screenshot;
 mod status;
 mod tree;
@@ -29,16 +32,19 @@ mod wait_text;
 pub fn list() -> Commands<AndroidProvider> {
     Commands::new()
         .add::<status::Status>()
-        .add::<forward::Forward>()
-        .add::<forward::RemoveForward>()
+        .add::<tree::Tree>()
+        .add::<screenshot::Screenshot>()
         .add::<capture::Logs>()
         .add::<capture::State>()
         .add::<capture::Network>()
         .add::<capture::Events>()
-        .add::<screenshot::Screenshot>()
-        .add::<tree::Tree>()
+        .add::<logcat::Logcat>()
+        .add::<keyboard_state::KeyboardState>()
+        .add::<permission_state::PermissionState>()
         .add::<wait_text::WaitText>()
         .add::<ui_observation::UiObservation>()
+        .add::<forward::Forward>()
+        .add::<forward::RemoveForward>()
 }
 
 #[derive(Deserialize)]
@@ -108,7 +114,7 @@ mod tests {
     fn the_manifest_passes_the_sdk_checks() {
         let specs: Vec<CommandSpec> = list().specs().cloned().collect();
         let names: Vec<&str> = specs.iter().map(|c| c.command.as_str()).collect();
-        assert_eq!(names, ["status", "forward", "remove-forward", "logs", "state", "network", "events", "screenshot", "tree", "wait-text", "ui-observation"]);
+        assert_eq!(names, ["status", "tree", "screenshot", "logs", "state", "network", "events", "logcat", "keyboard-state", "permission-state", "wait-text", "ui-observation", "forward", "remove-forward"]);
         crate::manifest::manifest().commands(specs).check().unwrap();
     }
 }

@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use serde_json::json;
-use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use super::{Ctx, Res};
 use crate::dumpsys;
@@ -558,7 +557,7 @@ pub fn dumpsys(ctx: &Ctx, args: &[String]) -> Res {
         match service {
             "window" => dumpsys::window(&ph),
             "activity" => dumpsys::activity(&ph),
-            "input_method" => dumpsys::input_method(&ph),
+            "input_method" => super::ime::input_method(&ph),
             "input" => format!("INPUT MANAGER (dumpsys input)\n\nInput Manager State:\n  Interactive: true\n\nInput Reader State:\n  Device 4: virtio_input_multi_touch_1\n    Touch Input Mapper (mode - DIRECT):\n      Viewport INTERNAL: displayId=0, orientation=0, logicalFrame=[0, 0, {w}, {h}]\n      SurfaceWidth: {w}px\n      SurfaceHeight: {h}px\n      SurfaceOrientation: 0\n", w = ph.width, h = ph.height),
             "display" => format!("DISPLAY MANAGER (dumpsys display)\n  mViewports=[DisplayViewport{{type=INTERNAL, valid=true, isActive=true, displayId=0, orientation=0, logicalFrame=Rect(0, 0 - {w}, {h}), physicalFrame=Rect(0, 0 - {w}, {h}), deviceWidth={w}, deviceHeight={h}}}]\n  mDefaultViewport=DisplayViewport{{type=INTERNAL, orientation=0, deviceWidth={w}, deviceHeight={h}}}\n  DisplayDeviceInfo{{\"Built-in Screen\": {w} x {h}, density {d}, state ON}}\n", w = ph.width, h = ph.height, d = ph.density),
             "package" => {
@@ -593,53 +592,6 @@ pub fn dumpsys(ctx: &Ctx, args: &[String]) -> Res {
         return Res::ok(dumpsys::malformed(&text));
     }
     Res::ok(text)
-}
-
-pub async fn logcat(ctx: &Ctx, args: &[String], w: &mut (dyn AsyncWrite + Unpin + Send)) -> Res {
-    let dev = &ctx.dev;
-    if args.iter().any(|a| a == "-c" || a == "--clear") {
-        dev.phone.lock().unwrap().logcat.clear();
-        dev.record("logcat-clear", json!({}));
-        return Res::ok("");
-    }
-    let tail = opt(args, "-t").and_then(|s| s.parse::<usize>().ok());
-    let since = opt(args, "-T").and_then(|s| s.parse::<usize>().ok());
-    let dump = args.iter().any(|a| a == "-d") || tail.is_some();
-    let pid_filter = args.iter().find_map(|a| a.strip_prefix("--pid=")).and_then(|s| s.parse::<u32>().ok()).or_else(|| opt(args, "--pid").and_then(|s| s.parse().ok()));
-    let render = |lines: &[crate::phone::LogLine]| -> String { lines.iter().filter(|l| pid_filter.is_none_or(|p| l.pid == p)).map(dumpsys::logcat_line).collect() };
-    let (mut text, mut seen) = {
-        let ph = dev.phone.lock().unwrap();
-        let n = ph.logcat.len();
-        let start = match (tail, since) {
-            (Some(t), _) | (None, Some(t)) => n.saturating_sub(t),
-            _ => 0,
-        };
-        (render(&ph.logcat[start..]), n)
-    };
-    text.insert_str(0, "--------- beginning of main\n");
-    if dump {
-        return Res::ok(text);
-    }
-    if w.write_all(text.as_bytes()).await.is_err() {
-        return Res::ok("");
-    }
-    // Follow: stream new lines until the reader goes away.
-    loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let chunk = {
-            let ph = dev.phone.lock().unwrap();
-            let n = ph.logcat.len();
-            let from = seen.min(n);
-            seen = n;
-            render(&ph.logcat[from..])
-        };
-        if !chunk.is_empty() && w.write_all(chunk.as_bytes()).await.is_err() {
-            return Res::ok("");
-        }
-        if w.flush().await.is_err() {
-            return Res::ok("");
-        }
-    }
 }
 
 /// Android's keycodes the simulator understands.
@@ -705,6 +657,7 @@ pub fn tap(dev: &std::sync::Arc<crate::device::Device>, x: i32, y: i32) {
                             ph.keyboard = ph.apps[i].focused.is_some();
                             let pid = ph.apps[i].process.as_ref().map(|p| p.pid).unwrap_or(0);
                             ph.log(pid, 'D', "ViewRootImpl", &format!("tap on {} ({})", node.resource_name.clone().unwrap_or_default(), node.text.clone().unwrap_or_default()));
+                            super::logcat::app_writes(&mut ph, pid, &fx);
                             json!({ "package": ph.apps[i].package, "id": node.id, "text": node.text, "class": node.class, "effects": fx })
                         }
                         None => json!({ "package": ph.apps[i].package, "id": null }),

@@ -5,6 +5,8 @@
 //! socket closes). Also `abb_exec:` (adb install and `cmd` through abb).
 
 mod android;
+mod ime;
+pub(crate) mod logcat;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -110,7 +112,7 @@ pub async fn run(ctx: &Ctx, argv: &[String], w: &mut (dyn AsyncWrite + Unpin + S
             }
             android::dumpsys(ctx, args)
         }
-        "logcat" => android::logcat(ctx, args, w).await,
+        "logcat" => logcat::run(ctx, args, w).await,
         "input" => android::input(ctx, args).await,
         _ => android::simple(ctx, name, args),
     }
