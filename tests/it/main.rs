@@ -4,6 +4,7 @@
 //! from other crates: `cargo build --workspace --all-targets && cargo test -p aab-e2e`.
 
 mod android;
+mod android_demo;
 mod facts;
 mod foundation;
 mod hostile;
