@@ -5,6 +5,7 @@
 
 mod android;
 mod android_demo;
+mod android_matrix;
 mod facts;
 mod foundation;
 mod hostile;
