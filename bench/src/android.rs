@@ -289,6 +289,32 @@ fn port_protocol_shell(port: u16, serial: &str, command: &str) -> Result<Vec<u8>
     }
 }
 
+/// A device service the phone answers without starting a process: `sync:` with one
+/// STAT of a path, then QUIT — the transport's own cost per device service.
+fn port_protocol_stat(port: u16, serial: &str, path: &str) -> Result<u32, String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    s.set_nodelay(true).ok();
+    for req in [format!("host:transport:{serial}"), "sync:".to_string()] {
+        s.write_all(format!("{:04x}{req}", req.len()).as_bytes()).map_err(|e| e.to_string())?;
+        let mut status = [0u8; 4];
+        s.read_exact(&mut status).map_err(|e| e.to_string())?;
+        if &status != b"OKAY" {
+            return Err(format!("{req}: {}", String::from_utf8_lossy(&status)));
+        }
+    }
+    let mut req = b"STAT".to_vec();
+    req.extend_from_slice(&(path.len() as u32).to_le_bytes());
+    req.extend_from_slice(path.as_bytes());
+    s.write_all(&req).map_err(|e| e.to_string())?;
+    let mut reply = [0u8; 16];
+    s.read_exact(&mut reply).map_err(|e| e.to_string())?;
+    if &reply[..4] != b"STAT" {
+        return Err(format!("sync STAT {path}: {:?}", &reply[..4]));
+    }
+    s.write_all(b"QUIT\0\0\0\0").map_err(|e| e.to_string())?;
+    Ok(u32::from_le_bytes([reply[4], reply[5], reply[6], reply[7]]))
+}
+
 fn try_main(world: &mut Option<World>) -> Result<(), String> {
     let arg = |name: &str| std::env::args().skip_while(|a| a != name).nth(1);
     let calls: usize = arg("--calls").and_then(|n| n.parse().ok()).unwrap_or(100);
@@ -340,6 +366,16 @@ fn try_main(world: &mut Option<World>) -> Result<(), String> {
     stats(&mut rows, "aab status via MCP (one session)", samples, Some(bytes));
 
     // ---- adb transport: one device service, port protocol vs a spawned adb
+    let mut samples = Vec::new();
+    for _ in 0..calls * 2 {
+        let t = Instant::now();
+        let mode = port_protocol_stat(w.adb_port, &w.serial, "/system/bin/sh")?;
+        samples.push(t.elapsed());
+        if mode == 0 {
+            return Err("sync STAT /system/bin/sh: not found".into());
+        }
+    }
+    stats(&mut rows, "port protocol: sync STAT (no process on the phone)", samples, None);
     for (label, command) in [("echo ok", "echo ok"), ("getprop ro.product.model", "getprop ro.product.model")] {
         let mut samples = Vec::new();
         for _ in 0..calls * 2 {
@@ -388,16 +424,18 @@ fn try_main(world: &mut Option<World>) -> Result<(), String> {
             }
         }
         if has_tree {
-            let mut samples = Vec::new();
-            let mut nodes = 0;
-            for _ in 0..calls {
-                let t = Instant::now();
-                let (body, n) = run(&mut aab_mcp, "tree", json!({"packageName": PKG}))?;
-                samples.push(t.elapsed());
-                bytes = n;
-                nodes = count_nodes(&body["value"]);
+            for (variant, args) in [("full nodes", json!({"packageName": PKG})), ("compact", json!({"packageName": PKG, "compact": true}))] {
+                let mut samples = Vec::new();
+                let mut nodes = 0;
+                for _ in 0..calls {
+                    let t = Instant::now();
+                    let (body, n) = run(&mut aab_mcp, "tree", args.clone())?;
+                    samples.push(t.elapsed());
+                    bytes = n;
+                    nodes = body["value"]["nodes"].as_array().map_or_else(|| count_nodes(&body["value"]), Vec::len);
+                }
+                stats(&mut rows, &format!("aab tree ({variant}) via MCP, {screen}: {nodes} nodes"), samples, Some(bytes));
             }
-            stats(&mut rows, &format!("aab tree via MCP, {screen}: {nodes} nodes"), samples, Some(bytes));
         } else {
             skip(&mut rows, &format!("aab tree via MCP, {screen}"), "`tree` is not advertised by this build");
         }
