@@ -244,7 +244,7 @@ impl Mcp {
     fn tool(&mut self, name: &str, arguments: Value) -> Result<(Value, usize), String> {
         let (v, n) = self.request("tools/call", json!({"name": name, "arguments": arguments}))?;
         if v["result"]["isError"] == json!(true) || v.get("error").is_some() {
-            return Err(format!("{name}: {}", v.to_string().chars().take(400).collect::<String>()));
+            return Err(format!("{name}: {}", v.to_string().chars().take(20000).collect::<String>()));
         }
         Ok((v["result"].clone(), n))
     }
@@ -347,12 +347,15 @@ fn try_main(world: &mut Option<World>) -> Result<(), String> {
     }
     stats(&mut rows, "aab status via CLI (a process per call)", samples, Some(bytes));
     let mut aab_mcp = Mcp::start(w.aab(&["mcp"]))?;
+    // A command whose execution succeeded counts, also when its reply went over the
+    // output budget and was delivered by reference (`isError` then, exit code 2).
     let run = |m: &mut Mcp, command: &str, arguments: Value| -> Result<(Value, usize), String> {
-        let (r, n) = m.tool("run", json!({"command": command, "arguments": arguments, "extract": null}))?;
+        let (v, n) = m.request("tools/call", json!({"name": "run", "arguments": {"command": command, "arguments": arguments, "extract": null}}))?;
+        let r = &v["result"];
         let body: Value = r["structuredContent"].clone();
         let body = if body.is_null() { serde_json::from_str(r["content"][0]["text"].as_str().unwrap_or("null")).unwrap_or(Value::Null) } else { body };
         if body["execution"]["ok"] != json!(true) {
-            return Err(format!("{command}: {}", body.to_string().chars().take(400).collect::<String>()));
+            return Err(format!("{command}: {}", v.to_string().chars().take(2000).collect::<String>()));
         }
         Ok((body, n))
     };
@@ -427,14 +430,19 @@ fn try_main(world: &mut Option<World>) -> Result<(), String> {
             for (variant, args) in [("full nodes", json!({"packageName": PKG})), ("compact", json!({"packageName": PKG, "compact": true}))] {
                 let mut samples = Vec::new();
                 let mut nodes = 0;
+                let mut delivery = String::new();
                 for _ in 0..calls {
                     let t = Instant::now();
                     let (body, n) = run(&mut aab_mcp, "tree", args.clone())?;
                     samples.push(t.elapsed());
                     bytes = n;
-                    nodes = body["value"]["nodes"].as_array().map_or_else(|| count_nodes(&body["value"]), Vec::len);
+                    nodes = body["value"]["nodes"].as_array().map_or_else(|| body["execution"]["matched"].as_u64().unwrap_or(0) as usize, Vec::len);
+                    delivery = match body["delivery"]["status"].as_str() {
+                        Some("reference") => format!(" — over the reply budget ({} bytes): delivered by reference", body["delivery"]["attemptedBytes"]),
+                        _ => String::new(),
+                    };
                 }
-                stats(&mut rows, &format!("aab tree ({variant}) via MCP, {screen}: {nodes} nodes"), samples, Some(bytes));
+                stats(&mut rows, &format!("aab tree ({variant}) via MCP, {screen}: {nodes} nodes{delivery}"), samples, Some(bytes));
             }
         } else {
             skip(&mut rows, &format!("aab tree via MCP, {screen}"), "`tree` is not advertised by this build");
@@ -482,17 +490,4 @@ fn try_main(world: &mut Option<World>) -> Result<(), String> {
         std::fs::write(&path, serde_json::to_vec_pretty(&doc).unwrap_or_default()).map_err(|e| format!("{path}: {e}"))?;
     }
     Ok(())
-}
-
-/// Nodes in a tree reply, whatever its shape: every object with a `children` array
-/// or a `class`/`className` counts once.
-fn count_nodes(v: &Value) -> usize {
-    match v {
-        Value::Object(m) => {
-            let me = usize::from(m.contains_key("class") || m.contains_key("className"));
-            me + m.values().map(count_nodes).sum::<usize>()
-        }
-        Value::Array(a) => a.iter().map(count_nodes).sum(),
-        _ => 0,
-    }
 }
