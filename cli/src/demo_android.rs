@@ -383,8 +383,8 @@ impl Demo {
             ("packageName", json!(SAMPLE)),
             ("serial", json!(self.serial)),
             ("outFile", json!(self.dir.join("screen.png").display().to_string())),
-            ("requireText", json!("Sign in")),
-            ("text", json!("Sign in")),
+            ("compact", json!(true)),
+            ("targetText", json!("Sign in")),
             ("timeoutMs", json!(5000)),
         ];
         for (key, value) in candidates {
