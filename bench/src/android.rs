@@ -9,6 +9,7 @@
 //!     aab `tree` and mobile-mcp's `mobile_list_elements_on_screen`, and a screenshot
 //!     through aab `screenshot` and mobile-mcp's `mobile_take_screenshot` — aab's side
 //!     only for the commands this build advertises (a clear line otherwise).
+//!
 //! Nothing here asserts a threshold.
 //!
 //! Usage (as root; adb, busybox-static, node; release build first):

@@ -344,6 +344,13 @@ impl Demo {
             match self.call(command, args) {
                 Ok(value) => {
                     self.say(&format!("{command}: {what} — {}", summary(&value)));
+                    // Node lists (tree) read like the Web demo's control list.
+                    for n in value["nodes"].as_array().into_iter().flatten().take(12) {
+                        let label = ["text", "desc", "contentDescription"].iter().find_map(|k| n[*k].as_str().filter(|t| !t.is_empty())).unwrap_or("");
+                        let class = n["class"].as_str().or(n["simpleClassName"].as_str()).unwrap_or("");
+                        let id = n["id"].as_str().or(n["resourceName"].as_str()).unwrap_or("");
+                        self.detail(&format!("{:<14} {:<28} {label:?}", class, id));
+                    }
                     let seen = self.sdk_requests(mark)?;
                     if !seen.is_empty() {
                         self.detail(&format!("the phone saw: {}", seen.iter().map(|r| format!("{} {}", r["data"]["method"].as_str().unwrap_or(""), r["data"]["path"].as_str().unwrap_or(""))).collect::<Vec<_>>().join(", ")));
