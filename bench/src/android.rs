@@ -41,8 +41,10 @@ fn main() {
             1
         }
     };
-    if let Some(w) = world.as_mut() {
+    if let Some(mut w) = world.take() {
         w.stop();
+        // `exit` runs no destructors: the temp dir goes now.
+        drop(w);
     }
     std::process::exit(code);
 }
