@@ -50,6 +50,10 @@ pub enum Invocation {
     Demo { browser: Option<PathBuf> },
     /// `aab demo --help`.
     DemoUsage,
+    /// `aab demo android [--record FILE]`: the Android demo on the simulated phone.
+    DemoAndroid { record: Option<PathBuf> },
+    /// `aab demo android --help`.
+    DemoAndroidUsage,
     /// `--help COMMAND` / `COMMAND --help`: a `capabilities` query.
     CommandHelp { command: String, query: Value },
     /// A registry command; typed with the command's schema by [`CommandArgs::into_request`].
@@ -394,6 +398,9 @@ fn parse_mcp(args: &[String]) -> Result<Invocation, Rejection> {
 }
 
 fn parse_demo(args: &[String]) -> Result<Invocation, Rejection> {
+    if args.get(1).map(String::as_str) == Some("android") {
+        return parse_demo_android(args);
+    }
     match (args.get(1).map(String::as_str), args.get(2)) {
         (None, _) => Ok(Invocation::Demo { browser: None }),
         (Some("--help" | "-h"), None) => Ok(Invocation::DemoUsage),
@@ -405,6 +412,25 @@ fn parse_demo(args: &[String]) -> Result<Invocation, Rejection> {
                 Some("--browser") => 3,
                 Some("--help" | "-h") => 2,
                 _ => 1,
+            };
+            Err(unexpected("demo", args, index.min(args.len() - 1)))
+        }
+    }
+}
+
+/// `demo android`, `demo android --help`, `demo android --record FILE`.
+fn parse_demo_android(args: &[String]) -> Result<Invocation, Rejection> {
+    match (args.get(2).map(String::as_str), args.get(3)) {
+        (None, _) => Ok(Invocation::DemoAndroid { record: None }),
+        (Some("--help" | "-h"), None) => Ok(Invocation::DemoAndroidUsage),
+        (Some("--record"), Some(path)) if !path.starts_with("--") && args.len() == 4 => Ok(Invocation::DemoAndroid { record: Some(PathBuf::from(path)) }),
+        (Some("--record"), None) => Err(Rejection::new(Some("demo"), CommandError::new("missing_argument", "`--record` needs a file path").with_field("record"))),
+        _ => {
+            let index = match args.get(2).map(String::as_str) {
+                Some("--record") if args.get(3).is_some_and(|p| p.starts_with("--")) => 3,
+                Some("--record") => 4,
+                Some("--help" | "-h") => 3,
+                _ => 2,
             };
             Err(unexpected("demo", args, index.min(args.len() - 1)))
         }
@@ -1201,7 +1227,7 @@ mod tests {
             let known: Vec<&'static [u8]> = vec![
                 b"runtime", b"--operation", b"status", b"--help", b"-h", b"help", b"--version", b"version", b"--extract", b"null",
                 b"--output", b"{", b"[1]", b"--", b"-5", b"99999999999999999999999", b"plugins", b"list", b"bundle", b"verify",
-                b"--out", b"mcp", b"demo", b"--browser", b"runtime-daemon", b"--category", b"--extra", b"--limit", b"--scale",
+                b"--out", b"mcp", b"demo", b"--browser", b"android", b"--record", b"runtime-daemon", b"--category", b"--extra", b"--limit", b"--scale",
                 b"--maybe-count", b"--selector", b"--target", b"\xff", b"--\xff", b"\xc3\x28", b"tap", b"--Bad",
             ];
             prop_oneof![

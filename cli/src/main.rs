@@ -10,6 +10,7 @@
 
 mod argv;
 mod demo;
+mod demo_android;
 mod mcp;
 mod mcp_wire;
 
@@ -50,6 +51,8 @@ fn try_main(args: &[std::ffi::OsString]) -> Result<i32, Rejection> {
         Invocation::RuntimeDaemon => Ok(aab_host::runtime::run_daemon()),
         Invocation::Demo { browser } => Ok(demo::run(browser.as_deref())),
         Invocation::DemoUsage => Ok(print_text(demo::USAGE)),
+        Invocation::DemoAndroid { record } => Ok(demo_android::run(record.as_deref())),
+        Invocation::DemoAndroidUsage => Ok(print_text(demo_android::USAGE)),
         Invocation::PluginsList => Ok(emit_reply(aab_host::plugins::list_report())),
         Invocation::PluginsBundle(options) => Ok(emit_reply(aab_host::plugins::bundle_report(&options))),
         Invocation::PluginsVerify { dir } => Ok(emit_reply(aab_host::plugins::verify_report(&dir))),

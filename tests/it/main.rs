@@ -7,6 +7,8 @@ mod android;
 mod android_capture;
 mod android_tree;
 mod android_adbq;
+mod android_demo;
+mod android_matrix;
 mod facts;
 mod foundation;
 mod hostile;
