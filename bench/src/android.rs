@@ -14,7 +14,7 @@
 //!
 //! Usage (as root; adb, busybox-static, node; release build first):
 //!   cargo build --release -p aab-cli -p aab-plugin-android -p aab-android-sim -p aab-bench
-//!   (cd bench/mobile-mcp && npm ci)      # or let the bench run it when missing
+//!   (cd bench/mobile-mcp && npm install)  # or let the bench run it when missing
 //!   target/release/aab-bench-android [--calls 100] [--json FILE]
 //!
 //! mobile-mcp runs with MOBILEMCP_LEGACY_ROBOT=1: its adb robot (`uiautomator dump`,
@@ -414,7 +414,11 @@ fn try_main(world: &mut Option<World>) -> Result<(), String> {
         // The bench's own setup: the pinned version from package-lock.json.
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("mobile-mcp");
         println!("installing mobile-mcp (npm ci in {})", dir.display());
-        let _ = Command::new("npm").args(["ci", "--no-audit", "--no-fund"]).current_dir(&dir).stdout(Stdio::null()).status();
+        // `npm install` rather than `npm ci`: npm writes a lockfile with only this
+        // machine's platform build of mobile-mcp's optional native helper, which `npm ci`
+        // then refuses as out of sync; `install` keeps the locked versions and fills in
+        // the platform entry.
+        let _ = Command::new("npm").args(["install", "--no-audit", "--no-fund"]).current_dir(&dir).stdout(Stdio::null()).status();
     }
     let mut mobile = if mm_index.exists() {
         let mut c = Command::new("node");
@@ -423,7 +427,7 @@ fn try_main(world: &mut Option<World>) -> Result<(), String> {
         c.env("MOBILEMCP_LEGACY_ROBOT", "1");
         Some(Mcp::start(c)?)
     } else {
-        println!("mobile-mcp skipped: not installed ({}) and `npm ci` in bench/mobile-mcp failed", mm_index.display());
+        println!("mobile-mcp skipped: not installed ({}) and `npm install` in bench/mobile-mcp failed", mm_index.display());
         None
     };
     for (screen, tap) in [("form (5 controls)", None), ("list (500 nodes)", Some((540, 990)))] {

@@ -637,15 +637,16 @@ impl Invocation {
     /// again on receipt so invocations from older hosts look the same.
     pub fn lift_host_options(&mut self) {
         let Some(args) = self.arguments.as_object_mut() else { return };
-        if let Some(v) = args.remove("requestId") {
-            if self.request_id.is_none() {
-                self.request_id = v.as_str().map(str::to_string);
-            }
+        // Removed either way: a host option never reaches the typed arguments.
+        if let Some(v) = args.remove("requestId")
+            && self.request_id.is_none()
+        {
+            self.request_id = v.as_str().map(str::to_string);
         }
-        if let Some(v) = args.remove("feedback") {
-            if self.feedback.is_none() {
-                self.feedback = Some(v);
-            }
+        if let Some(v) = args.remove("feedback")
+            && self.feedback.is_none()
+        {
+            self.feedback = Some(v);
         }
         // The host already turned `timeoutMs` into `timeout_ms` (the deadline).
         args.remove("timeoutMs");

@@ -36,12 +36,15 @@ pub struct TestPlugin {
     schemas: BTreeMap<String, (Value, jsonschema::Validator)>,
 }
 
+/// `stream/key` → `(sequence, value, recorded-at ms)` records of [`MemoryHost`].
+type FactRecords = BTreeMap<String, Vec<(u64, Value, u64)>>;
+
 /// The in-memory host services of one [`TestPlugin`].
 pub struct MemoryHost {
     plugin: String,
     data_dir: PathBuf,
     /// `stream/key` → records in append order (sequence = index + 1 across all keys).
-    facts: Mutex<(u64, BTreeMap<String, Vec<(u64, Value, u64)>>)>,
+    facts: Mutex<(u64, FactRecords)>,
     /// Log lines the plugin sent: (level, message).
     pub logs: Mutex<Vec<(u8, String)>>,
 }
@@ -79,7 +82,7 @@ impl MemoryHost {
                 let key_name = params.get("key").and_then(Value::as_str).unwrap_or("");
                 let all: Vec<&(u64, Value, u64)> = facts.1.get(&key()).map(|v| v.iter().filter(|(s, _, _)| *s > after).collect()).unwrap_or_default();
                 let page: Vec<Value> = all.iter().take(limit).map(|(s, r, t)| json!({"sequence": s, "key": key_name, "record": r, "committedAtMs": t})).collect();
-                let next = all.iter().take(limit).last().map(|(s, _, _)| *s).unwrap_or(after);
+                let next = all.iter().take(limit).next_back().map(|(s, _, _)| *s).unwrap_or(after);
                 json!({"records": page, "nextSequence": next, "hasMore": all.len() > limit, "gap": null, "expired": false})
             }
             other => return Err(json!({"error": crate::codes::UNSUPPORTED_HOST_SERVICE, "message": format!("test host has no `{other}`")}).to_string()),

@@ -170,10 +170,12 @@ fn android_matrix_reboot_in_the_middle_of_a_read() {
     let env = &w.env;
     let (body, run) = std::thread::scope(|s| {
         let read = s.spawn(|| w.run("status", json!({"packageName": SAMPLE, "timeoutMs": 20000})));
-        // The read is in the app (its socket was opened through adb), then the phone reboots.
+        // The read is in the app (the SDK logged the request on receipt and now holds
+        // it for the 4 s delay), then the phone reboots. Waiting only for the socket to
+        // open raced the request bytes under load.
         let until = Instant::now() + Duration::from_secs(15);
-        while !truth(&w, &sim, &serial, since, Some("service")).iter().any(|r| r["data"]["name"].as_str().is_some_and(|n| n.starts_with("localabstract:aab-sdk-"))) {
-            assert!(Instant::now() < until, "the read never reached the app's socket");
+        while !truth(&w, &sim, &serial, since, Some("sdk-request")).iter().any(|r| r["data"]["path"] == json!("/v1/status")) {
+            assert!(Instant::now() < until, "the read never reached the app");
             std::thread::sleep(Duration::from_millis(20));
         }
         control(&w, &sim, json!({"op": "reboot", "offlineMs": 1000}));

@@ -31,7 +31,7 @@ fn expect_failure(env: &TestEnv, run: &Run, code: &str, what: &str) -> Value {
 
 #[track_caller]
 fn global_seq(env: &TestEnv, run: &Run) -> u64 {
-    let body = env.expect_ok(&run, "command with history");
+    let body = env.expect_ok(run, "command with history");
     env.check(body.pointer("/control/history/status") == Some(&json!("stored")), run, "control.history.status must be `stored`");
     env.check(body.pointer("/control/history/replayed") == Some(&json!(false)), run, "control.history.replayed must be false");
     match body.pointer("/control/history/action/globalSeq").and_then(Value::as_u64) {
@@ -140,7 +140,10 @@ fn over_budget_reply_is_delivered_as_a_ref_and_read_back_byte_identical() {
     // A changed checksum.
     let mut bad = reference.clone();
     let sum = bad["checksum"].as_str().unwrap().to_string();
-    let flipped = if sum.starts_with('0') { format!("1{}", &sum[1..]) } else { format!("0{}", &sum[1..]) };
+    let flipped = match sum.strip_prefix('0') {
+        Some(rest) => format!("1{rest}"),
+        None => format!("0{}", &sum[1..]),
+    };
     bad["checksum"] = json!(flipped);
     let run = env.aab(&["response", "--operation", "read", "--ref", &bad.to_string(), "--extract", "null"]);
     expect_failure(&env, &run, "response_checksum_mismatch", "changed checksum");

@@ -590,9 +590,12 @@ type Job = Box<dyn FnOnce() + Send>;
 /// The child's call threads: idle ones are reused (a thread start per call would be
 /// most of the isolation overhead); a call never waits for a busy one — when none is
 /// idle, a new thread takes it, so a hung call cannot hold up the next.
+/// The job queue: the dispatcher's sender and the receiver the idle threads share.
+type JobQueue = (Sender<Job>, Arc<Mutex<mpsc::Receiver<Job>>>);
+
 #[derive(Default)]
 struct Workers {
-    queue: Option<(Sender<Job>, Arc<Mutex<mpsc::Receiver<Job>>>)>,
+    queue: Option<JobQueue>,
     /// Threads waiting for a job and not yet claimed by the dispatcher.
     idle: Arc<std::sync::atomic::AtomicUsize>,
 }

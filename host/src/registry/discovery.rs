@@ -458,7 +458,7 @@ mod tests {
         let domains: Vec<&String> = v["domains"].as_object().unwrap().keys().collect();
         assert_eq!(domains, ["execution", "core", "action", "web", "acme-lab"], "private domains after the canonical order");
         assert_eq!(v["commandDomains"]["acme-lab"], json!("Acme lab devices"));
-        assert_eq!(v["commandDomains"].as_object().unwrap().keys().last().map(String::as_str), Some("acme-lab"));
+        assert_eq!(v["commandDomains"].as_object().unwrap().keys().next_back().map(String::as_str), Some("acme-lab"));
         let v = capabilities(&registry, &json!({"domain": "acme-lab"}));
         assert_eq!(v["domains"], json!({"acme-lab": [{"command": "acme-ping", "summary": "acme-ping summary"}]}));
         assert_eq!(capabilities(&registry, &json!({"command": "acme-ping"}))["domain"], json!("acme-lab"));
