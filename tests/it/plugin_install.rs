@@ -89,6 +89,19 @@ fn install_refuses_a_plugin_api_range_this_host_does_not_meet() {
     refused(&env, &bundle, &[("AAB_MISBEHAVE_PLUGIN_API", ">=9.0.0")], "plugin_api_incompatible");
 }
 
+/// A plugin that segfaults while it is loaded is verified in a child process: the
+/// install answers `plugin_crashed` in the contract envelope (the CLI does not die
+/// with the plugin), leaves no staging directory and changes nothing.
+#[test]
+fn install_survives_a_plugin_that_crashes_while_loading() {
+    let env = TestEnv::new();
+    env.install_plugin("aab_fixture_fixture", "fixture");
+    let bundle = handmade_bundle(&env, "crash-on-load", &[(built_cdylib("aab_fixture_crashing"), plugin_file_name("crashing"), "crashing")]);
+    let body = refused(&env, &bundle, &[("AAB_FIXTURE_CRASH_IN_MANIFEST", "1")], "plugin_crashed");
+    assert!(body.to_string().contains("signal"), "the error says how the plugin host ended: {body}");
+    assert_eq!(plugin_names(&env), [("fixture".to_string(), "loaded".to_string())]);
+}
+
 #[test]
 fn install_refuses_what_is_not_a_bundle() {
     let env = TestEnv::new();

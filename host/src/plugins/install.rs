@@ -4,7 +4,8 @@
 //! Install verifies the whole bundle before the plugin directory changes: every
 //! listed file's sha256 (and no unlisted plugin file), the bundle's platform, and
 //! each plugin's ABI major and plugin-API range by loading a staged copy with the
-//! runtime's own checks. Files are staged in a hidden directory inside the plugin
+//! runtime's own checks, in an `aab plugin-host` child (plugin code never runs in the
+//! installing process). Files are staged in a hidden directory inside the plugin
 //! directory (same filesystem), re-hashed, then renamed into place, so a refused or
 //! interrupted install never leaves a half-written plugin. What was installed from
 //! which bundle is recorded in `aab-installed.json`; when the plugin directory is
@@ -162,7 +163,10 @@ fn install(bundle_dir: &Path) -> Result<Value, CommandError> {
                     .with_details(json!({"file": entry.file, "expected": entry.sha256})));
             }
         }
-        let (plugin, _module) = super::load_checked(&from, &to)?;
+        // Loaded in a short-lived `aab plugin-host` child, never in this process: a
+        // plugin whose load or manifest crashes ends that child, and the install stops
+        // with `plugin_crashed` while the plugin directory stays as it was.
+        let plugin = super::isolation::ChildPlugin::start(&from, &to, &entry.sha256)?.manifest;
         if plugin.name != entry.name {
             return Err(CommandError::new("plugin_bundle_invalid", format!("bundle entry {} says plugin `{}` but the file is plugin `{}`", entry.file, entry.name, plugin.name))
                 .with_field("bundle")
