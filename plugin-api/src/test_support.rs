@@ -112,9 +112,9 @@ impl TestPlugin {
 
     /// What the host answers before dispatch: `unknown_command` for a command the
     /// manifest does not list, else the argument validation of [`crate::validate`].
-    pub fn validate(&self, command: &str, arguments: &Value) -> Result<(), validate::ArgumentError> {
+    pub fn validate(&self, command: &str, arguments: &Value) -> Result<(), crate::ProviderError> {
         let Some((schema, validator)) = self.schemas.get(command) else {
-            return Err(validate::ArgumentError::new(crate::codes::UNKNOWN_COMMAND, format!("unknown command `{command}`")).with_field("command"));
+            return Err(crate::ProviderError::new(crate::codes::UNKNOWN_COMMAND, format!("unknown command `{command}`")).with_field("command").not_dispatched());
         };
         validate::validate_arguments(command, validator, schema, arguments)
     }
@@ -133,7 +133,7 @@ impl TestPlugin {
 
     pub fn invoke_with(&self, command: &str, arguments: Value, timeout: Duration, cancelled: Arc<AtomicBool>) -> Outcome {
         if let Err(refused) = self.validate(command, &arguments) {
-            return Outcome::from_result(Err(refused.into_provider_error()));
+            return Outcome::from_result(Err(refused));
         }
         self.invoke_unvalidated(command, arguments, timeout, cancelled)
     }

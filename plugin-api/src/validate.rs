@@ -18,62 +18,22 @@
 use jsonschema::error::ValidationErrorKind;
 use jsonschema::paths::LocationSegment;
 use jsonschema::{Draft, PatternOptions, ValidationError, Validator};
-use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::protocol::{CommandSpec, ProviderError};
 
-/// Why arguments were refused: a contract error code (`missing_argument`,
+/// Argument refusals are [`ProviderError`]s — a contract code (`missing_argument`,
 /// `unsupported_argument`, `invalid_argument`), a message, the dotted `field` and
-/// optional `details` (`allowed`, `variants`, …). Never dispatched. The host turns it
-/// into its `CommandError`; [`ArgumentError::into_provider_error`] gives the plugin
-/// envelope `TestPlugin` answers with.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[non_exhaustive]
-pub struct ArgumentError {
-    pub code: String,
-    pub message: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub field: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub details: Option<Value>,
+/// optional `details` (`allowed`, `variants`, …) — always `dispatched:false`: the one
+/// error type a provider and its tests see. The host turns them into its `CommandError`.
+fn refusal(code: &str, message: impl Into<String>) -> ProviderError {
+    ProviderError::new(code, message).not_dispatched()
 }
 
-impl ArgumentError {
-    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
-        ArgumentError { code: code.into(), message: message.into(), field: None, details: None }
-    }
-
-    /// `invalid_argument` on `field`.
-    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::new(crate::codes::INVALID_ARGUMENT, message).with_field(field)
-    }
-
-    pub fn with_field(mut self, field: impl Into<String>) -> Self {
-        self.field = Some(field.into());
-        self
-    }
-
-    pub fn with_details(mut self, details: Value) -> Self {
-        self.details = Some(details);
-        self
-    }
-
-    /// The same refusal as a plugin-side error, certainly not dispatched.
-    pub fn into_provider_error(self) -> ProviderError {
-        let mut e = ProviderError::new(self.code, self.message).not_dispatched();
-        e.field = self.field;
-        e.details = self.details;
-        e
-    }
+/// `invalid_argument` on `field`.
+fn invalid(field: impl Into<String>, message: impl Into<String>) -> ProviderError {
+    refusal(crate::codes::INVALID_ARGUMENT, message).with_field(field)
 }
-
-impl std::fmt::Display for ArgumentError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.code, self.message)
-    }
-}
-impl std::error::Error for ArgumentError {}
 
 /// The schema the host validates a command's arguments against: the spec's
 /// `inputSchema` plus the host's execution options `requestId`, `feedback` and
@@ -110,9 +70,9 @@ pub fn input_schema_with_host_options(spec: &CommandSpec) -> Value {
 /// Validate one call's `arguments` of `command` the way the host does before
 /// dispatch: a JSON object, at most [`MAX_ARGUMENT_DEPTH`] deep, valid against
 /// `schema` (compiled as `validator`; normally [`input_schema_with_host_options`]).
-pub fn validate_arguments(command: &str, validator: &Validator, schema: &Value, arguments: &Value) -> Result<(), ArgumentError> {
+pub fn validate_arguments(command: &str, validator: &Validator, schema: &Value, arguments: &Value) -> Result<(), ProviderError> {
     if !arguments.is_object() {
-        return Err(ArgumentError::invalid("arguments", format!("`arguments` must be a JSON object of `{command}` arguments, got {}", preview(arguments))));
+        return Err(invalid("arguments", format!("`arguments` must be a JSON object of `{command}` arguments, got {}", preview(arguments))));
     }
     check_depth(arguments, MAX_ARGUMENT_DEPTH, "arguments")?;
     validate_instance(validator, schema, arguments, "arguments")
@@ -139,7 +99,7 @@ pub fn compile(schema: &Value) -> Result<Validator, String> {
 
 /// Reject values nested deeper than `max_depth` containers. `root_field` names the
 /// value itself in the error (e.g. `arguments`).
-pub fn check_depth(value: &Value, max_depth: usize, root_field: &str) -> Result<(), ArgumentError> {
+pub fn check_depth(value: &Value, max_depth: usize, root_field: &str) -> Result<(), ProviderError> {
     fn deepest<'a>(value: &'a Value, depth: usize, max: usize, path: &mut Vec<String>) -> bool {
         let children: Box<dyn Iterator<Item = (String, &'a Value)> + 'a> = match value {
             Value::Object(map) => Box::new(map.iter().map(|(k, v)| (k.clone(), v))),
@@ -163,7 +123,7 @@ pub fn check_depth(value: &Value, max_depth: usize, root_field: &str) -> Result<
         return Ok(());
     }
     let field = if path.is_empty() { root_field.to_string() } else { path.join(".") };
-    Err(ArgumentError::invalid(
+    Err(invalid(
         field.clone(),
         format!("`{root_field}` is nested too deeply: `{field}` is below {max_depth} levels of objects and arrays, the maximum"),
     )
@@ -173,14 +133,14 @@ pub fn check_depth(value: &Value, max_depth: usize, root_field: &str) -> Result<
 /// Validate `instance` against a compiled `validator` of `root` (the same schema),
 /// mapping the first meaningful failure to a contract error. `root_field` names the
 /// instance itself when the failure is about the whole value.
-pub fn validate_instance(validator: &Validator, root: &Value, instance: &Value, root_field: &str) -> Result<(), ArgumentError> {
+pub fn validate_instance(validator: &Validator, root: &Value, instance: &Value, root_field: &str) -> Result<(), ProviderError> {
     if validator.is_valid(instance) {
         return Ok(());
     }
     let mapper = Mapper { root, root_field };
     let errors: Vec<ValidationError<'_>> = validator.iter_errors(instance).collect();
     let best = mapper.best(&errors);
-    Err(best.map(|c| c.error).unwrap_or_else(|| ArgumentError::invalid(root_field, format!("`{root_field}` does not match its schema"))))
+    Err(best.map(|c| c.error).unwrap_or_else(|| invalid(root_field, format!("`{root_field}` does not match its schema"))))
 }
 
 /// One step of an instance path; ordered so that array positions sort numerically.
@@ -195,7 +155,7 @@ struct Candidate {
     /// 0 = unsupported key, 1 = missing key, 2 = bad value.
     rank: u8,
     path: Vec<Step>,
-    error: ArgumentError,
+    error: ProviderError,
 }
 
 struct Mapper<'s> {
@@ -264,15 +224,15 @@ impl Mapper<'_> {
                     message.push_str(&format!("; accepted here: {}", list_names(&allowed)));
                 }
                 let details = json!({"unexpected": unexpected, "allowed": allowed});
-                Candidate { rank: 0, path, error: ArgumentError::new("unsupported_argument", message).with_field(field).with_details(details) }
+                Candidate { rank: 0, path, error: refusal("unsupported_argument", message).with_field(field).with_details(details) }
             }
             ValidationErrorKind::FalseSchema if matches!(path.last(), Some(Step::Key(_))) => {
                 let field = self.field(&path);
                 let error = match self.operation_forbidding(error) {
-                    Some(operation) => ArgumentError::new("unsupported_argument", format!("unsupported argument `{field}`: operation `{operation}` does not accept it"))
+                    Some(operation) => refusal("unsupported_argument", format!("unsupported argument `{field}`: operation `{operation}` does not accept it"))
                         .with_field(field)
                         .with_details(json!({"operation": operation})),
-                    None => ArgumentError::new("unsupported_argument", format!("unsupported argument `{field}`: it is not accepted here")).with_field(field),
+                    None => refusal("unsupported_argument", format!("unsupported argument `{field}`: it is not accepted here")).with_field(field),
                 };
                 Candidate { rank: 0, path, error }
             }
@@ -289,7 +249,7 @@ impl Mapper<'_> {
             ValidationErrorKind::OneOfNotValid { context } | ValidationErrorKind::AnyOf { context } => self.union(error, path, instance, context),
             ValidationErrorKind::OneOfMultipleValid { .. } => {
                 let field = self.field(&path);
-                let error = ArgumentError::invalid(field.clone(), format!("`{field}` matches more than one of its allowed variants; make it match exactly one"));
+                let error = invalid(field.clone(), format!("`{field}` matches more than one of its allowed variants; make it match exactly one"));
                 Candidate { rank: 2, path, error }
             }
             kind => {
@@ -323,7 +283,7 @@ impl Mapper<'_> {
                         message
                     }
                 };
-                let mut error = ArgumentError::invalid(field, message);
+                let mut error = invalid(field, message);
                 if let Some(details) = details {
                     error = error.with_details(details);
                 }
@@ -332,13 +292,13 @@ impl Mapper<'_> {
         }
     }
 
-    fn missing(&self, path: &[Step], expected: Option<String>, allowed: Option<Vec<Value>>) -> ArgumentError {
+    fn missing(&self, path: &[Step], expected: Option<String>, allowed: Option<Vec<Value>>) -> ProviderError {
         let field = self.field(path);
         let mut message = format!("missing required argument `{field}`");
         if let Some(expected) = expected {
             message.push_str(&format!(" ({expected})"));
         }
-        let error = ArgumentError::new("missing_argument", message).with_field(field);
+        let error = refusal("missing_argument", message).with_field(field);
         match allowed {
             Some(allowed) => error.with_details(json!({"allowed": allowed})),
             None => error,
@@ -362,7 +322,7 @@ impl Mapper<'_> {
         if live.is_empty() {
             let expected: Vec<String> = resolved.iter().map(|b| describe(self.root, b)).collect();
             let message = format!("`{field}` must be {}, got {}", join_alternatives(&expected), preview(instance));
-            return Candidate { rank: 2, path, error: ArgumentError::invalid(field, message) };
+            return Candidate { rank: 2, path, error: invalid(field, message) };
         }
         if live.len() == 1
             && let Some(best) = self.best(&context[live[0]])
@@ -380,28 +340,28 @@ impl Mapper<'_> {
                 }
                 None => {
                     let message = format!("`{field}` must be an object with `{}`, got {}", tagged.property, preview(instance));
-                    Candidate { rank: 2, path, error: ArgumentError::invalid(field, message) }
+                    Candidate { rank: 2, path, error: invalid(field, message) }
                 }
                 Some(tag) => match tagged.branch_for(tag).and_then(|i| self.best(&context[i])) {
                     Some(best) => best,
                     None => {
                         let tag_field = self.field(&tag_path);
                         let message = format!("`{tag_field}` must be one of {}, got {}", list_values(&allowed), preview(tag));
-                        let error = ArgumentError::invalid(tag_field, message).with_details(json!({"allowed": allowed}));
+                        let error = invalid(tag_field, message).with_details(json!({"allowed": allowed}));
                         Candidate { rank: 2, path: tag_path, error }
                     }
                 },
             };
         }
         // An untagged union: show what each plausible variant objected to.
-        let variants: Vec<(usize, ArgumentError)> = live.iter().filter_map(|&i| self.best(&context[i]).map(|c| (i, c.error))).collect();
+        let variants: Vec<(usize, ProviderError)> = live.iter().filter_map(|&i| self.best(&context[i]).map(|c| (i, c.error))).collect();
         let summary: Vec<String> = variants.iter().map(|(i, e)| format!("variant {}: {}", i + 1, e.message)).collect();
         let message = format!("`{field}` does not match any of its {} allowed variants ({})", live.len(), summary.join("; "));
         let details: Vec<Value> = variants
             .iter()
-            .map(|(i, e)| json!({"variant": i + 1, "error": e.code, "field": e.field, "message": e.message}))
+            .map(|(i, e)| json!({"variant": i + 1, "error": e.error, "field": e.field, "message": e.message}))
             .collect();
-        Candidate { rank: 2, path, error: ArgumentError::invalid(field, message).with_details(json!({"variants": details})) }
+        Candidate { rank: 2, path, error: invalid(field, message).with_details(json!({"variants": details})) }
     }
 }
 
@@ -677,14 +637,14 @@ mod tests {
         let check = |args: Value| validate_arguments("echo", &validator, &schema, &args);
         check(json!({"message": "hi", "requestId": "r", "feedback": "off", "timeoutMs": 30000})).unwrap();
         let e = check(json!([])).unwrap_err();
-        assert_eq!((e.code.as_str(), e.field.as_deref()), ("invalid_argument", Some("arguments")));
+        assert_eq!((e.error.as_str(), e.field.as_deref()), ("invalid_argument", Some("arguments")));
         let e = check(json!({})).unwrap_err();
-        assert_eq!((e.code.as_str(), e.field.as_deref()), ("missing_argument", Some("message")));
+        assert_eq!((e.error.as_str(), e.field.as_deref()), ("missing_argument", Some("message")));
         let e = check(json!({"message": "hi", "colour": "red"})).unwrap_err();
-        assert_eq!((e.code.as_str(), e.field.as_deref()), ("unsupported_argument", Some("colour")));
+        assert_eq!((e.error.as_str(), e.field.as_deref()), ("unsupported_argument", Some("colour")));
         let e = check(json!({"message": "hi", "timeoutMs": 30001})).unwrap_err();
         assert_eq!(e.message, "`timeoutMs` must be an integer ≥ 1 and ≤ 30000, got 30001");
-        let e = check(json!({"message": "hi", "count": "2"})).unwrap_err().into_provider_error();
+        let e = check(json!({"message": "hi", "count": "2"})).unwrap_err();
         assert_eq!((e.error.as_str(), e.field.as_deref(), e.dispatched), ("invalid_argument", Some("count"), Some(false)));
     }
 }

@@ -398,7 +398,7 @@ fn test_plugin_validates_arguments_before_the_plugin_sees_them() {
     assert!(!outcome.dispatch_marked, "the plugin never ran");
     assert_eq!(plugin.validate("fixture-sleep", &json!({"durationMs": 1})), Ok(()));
     let e = plugin.validate("fixture-nope", &json!({})).unwrap_err();
-    assert_eq!((e.code.as_str(), e.field.as_deref()), ("unknown_command", Some("command")));
+    assert_eq!((e.error.as_str(), e.field.as_deref()), ("unknown_command", Some("command")));
 }
 
 #[test]

@@ -1,9 +1,10 @@
 //! Argument validation for the host: the validator itself lives in plugin-api
 //! (`aab_plugin_api::validate`) so a provider's `TestPlugin` refuses exactly what the
-//! host refuses; this module converts its `ArgumentError` into the host's
-//! `CommandError` (same code, message, field and details; never dispatched).
+//! host refuses; this module converts its refusals (`ProviderError`s,
+//! never dispatched) into the host's `CommandError` (same code, message, field and details).
 
-use aab_plugin_api::validate::{self as shared, ArgumentError};
+use aab_plugin_api::ProviderError;
+use aab_plugin_api::validate as shared;
 use jsonschema::Validator;
 use serde_json::Value;
 #[cfg(test)]
@@ -14,31 +15,30 @@ use crate::error::CommandError;
 pub use aab_plugin_api::validate::{MAX_ARGUMENT_DEPTH, compile};
 pub(crate) use aab_plugin_api::validate::preview;
 
-impl From<ArgumentError> for CommandError {
-    fn from(e: ArgumentError) -> Self {
-        let mut error = CommandError::new(e.code, e.message);
-        error.field = e.field;
-        error.details = e.details;
-        error
-    }
+/// An argument refusal of the shared validator (never dispatched).
+fn refused(e: ProviderError) -> CommandError {
+    let mut error = CommandError::new(e.error, e.message);
+    error.field = e.field;
+    error.details = e.details;
+    error
 }
 
 /// Reject values nested deeper than `max_depth` containers. `root_field` names the
 /// value itself in the error (e.g. `arguments`).
 pub fn check_depth(value: &Value, max_depth: usize, root_field: &str) -> Result<(), CommandError> {
-    shared::check_depth(value, max_depth, root_field).map_err(CommandError::from)
+    shared::check_depth(value, max_depth, root_field).map_err(refused)
 }
 
 /// Validate `instance` against a compiled `validator` of `root` (the same schema),
 /// mapping the first meaningful failure to a contract error. `root_field` names the
 /// instance itself when the failure is about the whole value.
 pub fn validate_instance(validator: &Validator, root: &Value, instance: &Value, root_field: &str) -> Result<(), CommandError> {
-    shared::validate_instance(validator, root, instance, root_field).map_err(CommandError::from)
+    shared::validate_instance(validator, root, instance, root_field).map_err(refused)
 }
 
 /// A command's arguments: object, depth, schema (see `aab_plugin_api::validate::validate_arguments`).
 pub fn validate_arguments(command: &str, validator: &Validator, schema: &Value, arguments: &Value) -> Result<(), CommandError> {
-    shared::validate_arguments(command, validator, schema, arguments).map_err(CommandError::from)
+    shared::validate_arguments(command, validator, schema, arguments).map_err(refused)
 }
 
 #[cfg(test)]
