@@ -292,6 +292,11 @@ impl Client {
             return Ok(Probe::Stopped);
         }
         Ok(match record {
+            // The record names a process that is gone (or a zombie): it is the stale
+            // record of a dead owner, and the lock belongs to a runtime that is still
+            // starting (loading and hashing plugins can take seconds on a busy
+            // machine). Only a live named process that does not answer is unresponsive.
+            Some(r) if !process_running(r.pid) => Probe::Starting,
             Some(r) => Probe::Unresponsive(r),
             None => Probe::Starting,
         })
@@ -497,5 +502,24 @@ fn reap(child: &mut Option<Child>) {
     if let Some(mut c) = child.take() {
         // The daemon outlives us when it won; only collect an already-exited child.
         let _ = c.try_wait();
+    }
+}
+
+/// Whether `pid` names a process that is running (not gone, not a zombie).
+fn process_running(pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else { return false };
+    // SAFETY: signal 0 only checks for existence and permission.
+    if pid <= 0 || unsafe { libc::kill(pid, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        return false;
+    }
+    // A kernel-generated file of a few hundred bytes, read with a cap all the same.
+    let mut stat = String::new();
+    let read = std::fs::File::open(format!("/proc/{pid}/stat")).and_then(|f| std::io::Read::read_to_string(&mut std::io::Read::take(f, 4096), &mut stat));
+    match read {
+        // `pid (comm) S ...`: the state follows the last `)`.
+        Ok(_) => stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next().map(|s| s != "Z" && s != "X")).unwrap_or(true),
+        // No /proc entry: gone (reaped between the two checks).
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(_) => true,
     }
 }

@@ -501,3 +501,24 @@ fn mcp_run_requires_extract() {
         ));
     }
 }
+
+/// A live owner that does not answer (stopped with SIGSTOP) is reported as
+/// `runtime_unresponsive` and never replaced; a dead owner's stale record is not
+/// (`concurrent_starts_elect_one_owner_and_kill_9_recovers`).
+#[test]
+fn a_stopped_owner_is_unresponsive_and_never_replaced() {
+    let env = TestEnv::new();
+    env.install_fixtures();
+    echo_ok(&env, "before");
+    let pid = env.runtime_pid().expect("a runtime");
+    // SAFETY: plain syscalls on the runtime pid of this test's own endpoint.json.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let run = env.aab(&["fixture-echo", "--message", "while stopped"]);
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let body = env.json_of(&run);
+    env.check(run.exit() == 1 && body.pointer("/execution/error") == Some(&json!("runtime_unresponsive")) && body.pointer("/execution/dispatched") == Some(&json!(false)), &run, "a stopped owner is unresponsive");
+    assert_eq!(env.runtime_pid(), Some(pid), "ground truth: the owner was not replaced\n{}", env.report(None));
+    echo_ok(&env, "after SIGCONT");
+    assert_eq!(env.runtime_pid(), Some(pid));
+}
