@@ -40,7 +40,7 @@ const OBSERVATIONS: [(&str, &str); 10] = [
     ("state", "the app's state records"),
     ("events", "the app's events"),
     ("keyboard-state", "whether the soft keyboard is shown"),
-    ("permission-state", "the app's runtime permissions"),
+    ("permission-state", "whether the app holds the camera permission"),
     ("logcat", "the device log"),
     ("wait-text", "waiting for a text on screen"),
 ];
@@ -392,6 +392,8 @@ impl Demo {
             ("outFile", json!(self.dir.join("screen.png").display().to_string())),
             ("compact", json!(true)),
             ("targetText", json!("Sign in")),
+            // The sample app requests the camera (not granted) in the simulator's scenario.
+            ("permission", json!("android.permission.CAMERA")),
             ("timeoutMs", json!(5000)),
         ];
         for (key, value) in candidates {
