@@ -30,6 +30,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+mod mcp;
+use mcp::Mcp;
+
 const PKG: &str = "com.example.aab.bench";
 
 fn main() {
@@ -208,58 +211,6 @@ impl World {
     }
 }
 
-/// One MCP stdio session (aab or mobile-mcp): JSON-RPC lines.
-struct Mcp {
-    child: Child,
-    stdin: std::process::ChildStdin,
-    stdout: BufReader<std::process::ChildStdout>,
-    next: u64,
-}
-
-impl Mcp {
-    fn start(mut c: Command) -> Result<Mcp, String> {
-        let mut child = c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().map_err(|e| e.to_string())?;
-        let stdin = child.stdin.take().ok_or("no stdin")?;
-        let stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?);
-        let mut m = Mcp { child, stdin, stdout, next: 1 };
-        m.request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "aab-bench-android", "version": "0"}}))?;
-        writeln!(m.stdin, "{}", json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).map_err(|e| e.to_string())?;
-        Ok(m)
-    }
-
-    fn request(&mut self, method: &str, params: Value) -> Result<(Value, usize), String> {
-        let id = self.next;
-        self.next += 1;
-        writeln!(self.stdin, "{}", json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).map_err(|e| e.to_string())?;
-        loop {
-            let mut line = String::new();
-            if self.stdout.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
-                return Err("the MCP server closed its stdout".into());
-            }
-            let v: Value = serde_json::from_str(&line).map_err(|e| e.to_string())?;
-            if v.get("id") == Some(&json!(id)) {
-                return Ok((v, line.trim_end().len()));
-            }
-        }
-    }
-
-    /// A tool call that must not be an error; returns the result and the reply's bytes.
-    fn tool(&mut self, name: &str, arguments: Value) -> Result<(Value, usize), String> {
-        let (v, n) = self.request("tools/call", json!({"name": name, "arguments": arguments}))?;
-        if v["result"]["isError"] == json!(true) || v.get("error").is_some() {
-            return Err(format!("{name}: {}", v.to_string().chars().take(20000).collect::<String>()));
-        }
-        Ok((v["result"].clone(), n))
-    }
-}
-
-impl Drop for Mcp {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// One device service over the adb server's port protocol, the way the Android
 /// plugin opens one: a fresh connection, `host:transport:SERIAL`, then the service;
 /// a `shell,v2` service ends with its exit packet. Returns stdout.
@@ -349,7 +300,7 @@ fn try_main(world: &mut Option<World>) -> Result<(), String> {
         }
     }
     stats(&mut rows, "aab status via CLI (a process per call)", samples, Some(bytes));
-    let mut aab_mcp = Mcp::start(w.aab(&["mcp"]))?;
+    let mut aab_mcp = Mcp::start(w.aab(&["mcp"]), "aab-bench-android")?;
     // A command whose execution succeeded counts, also when its reply went over the
     // output budget and was delivered by reference (`isError` then, exit code 2).
     let run = |m: &mut Mcp, command: &str, arguments: Value| -> Result<(Value, usize), String> {
@@ -425,7 +376,7 @@ fn try_main(world: &mut Option<World>) -> Result<(), String> {
         c.arg(&mm_index);
         w.env(&mut c);
         c.env("MOBILEMCP_LEGACY_ROBOT", "1");
-        Some(Mcp::start(c)?)
+        Some(Mcp::start(c, "aab-bench-android")?)
     } else {
         println!("mobile-mcp skipped: not installed ({}) and `npm install` in bench/mobile-mcp failed", mm_index.display());
         None

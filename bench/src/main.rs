@@ -9,12 +9,14 @@
 //! ownership dir and plugin dir (the release plugins plus the fixture plugin), and
 //! stops the runtime it started.
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+
+mod mcp;
+use mcp::Mcp;
 
 fn main() {
     if let Err(e) = try_main() {
@@ -60,47 +62,6 @@ fn stats(name: &str, mut samples: Vec<Duration>) -> Value {
     json!({"name": name, "medianMs": median, "p95Ms": p95, "n": samples.len()})
 }
 
-struct Mcp {
-    child: Child,
-    stdin: std::process::ChildStdin,
-    stdout: BufReader<std::process::ChildStdout>,
-    next: u64,
-}
-
-impl Mcp {
-    fn start(env: &Env) -> Result<Mcp, String> {
-        let mut child = env.command(&["mcp"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().map_err(|e| e.to_string())?;
-        let stdin = child.stdin.take().ok_or("no stdin")?;
-        let stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?);
-        let mut m = Mcp { child, stdin, stdout, next: 1 };
-        m.request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "aab-bench", "version": "0"}}))?;
-        writeln!(m.stdin, "{}", json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).map_err(|e| e.to_string())?;
-        Ok(m)
-    }
-
-    fn request(&mut self, method: &str, params: Value) -> Result<(Value, usize), String> {
-        let id = self.next;
-        self.next += 1;
-        writeln!(self.stdin, "{}", json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).map_err(|e| e.to_string())?;
-        loop {
-            let mut line = String::new();
-            if self.stdout.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
-                return Err("mcp closed".into());
-            }
-            let v: Value = serde_json::from_str(&line).map_err(|e| e.to_string())?;
-            if v.get("id") == Some(&json!(id)) {
-                return Ok((v, line.trim_end().len()));
-            }
-        }
-    }
-}
-
-impl Drop for Mcp {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn rss_kib(pid: i64) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -178,7 +139,7 @@ fn try_main() -> Result<(), String> {
     }
 
     // MCP round trips over one stdio session.
-    let mut mcp = Mcp::start(&env)?;
+    let mut mcp = Mcp::start(env.command(&["mcp"]), "aab-bench")?;
     let (tools, tools_bytes) = mcp.request("tools/list", json!({}))?;
     let tool_count = tools.pointer("/result/tools").and_then(Value::as_array).map(|a| a.len()).unwrap_or(0);
     println!("{:<58} {} bytes ({} tools)", "MCP tools/list response", tools_bytes, tool_count);
@@ -248,8 +209,8 @@ fn isolation_figures(bin_dir: &Path, aab: &Path, calls: usize) -> Result<Vec<Val
     for env in [&inproc, &isolated] {
         env.run(&["runtime", "--operation", "start"])?;
     }
-    let mut a = Mcp::start(&inproc)?;
-    let mut b = Mcp::start(&isolated)?;
+    let mut a = Mcp::start(inproc.command(&["mcp"]), "aab-bench")?;
+    let mut b = Mcp::start(isolated.command(&["mcp"]), "aab-bench")?;
     let echo = json!({"command": "fixture-echo", "arguments": {"message": "hi"}, "extract": null});
     for m in [&mut a, &mut b] {
         mcp_run(m, &echo)?;

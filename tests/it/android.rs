@@ -214,12 +214,31 @@ pub(crate) const SAMPLE: &str = "com.example.aab.sample";
 
 /// The simulator (sim/android) with one device, connected to this world's server.
 pub(crate) fn simulated(w: &World) -> aab_android_sim::Simulator {
-    let sim = w.rt.block_on(aab_android_sim::Simulator::start(aab_android_sim::Options::default())).expect("start the simulator (root, adb, busybox-static)");
+    simulated_with(w, aab_android_sim::Options::default().scenario)
+}
+
+/// The simulator running `scenario` with one device, connected to this world's server.
+pub(crate) fn simulated_with(w: &World, scenario: aab_android_sim::Scenario) -> aab_android_sim::Simulator {
+    let opts = aab_android_sim::Options { scenario, ..Default::default() };
+    let sim = w.rt.block_on(aab_android_sim::Simulator::start(opts)).expect("start the simulator (root, adb, busybox-static)");
     let serial = sim.devices[0].serial.clone();
     let said = w.adb(&["connect", &serial]);
     assert!(said.contains("connected to"), "{said}");
     w.wait_online(&serial);
     sim
+}
+
+/// One control request to the simulator; it must succeed.
+pub(crate) fn control(w: &World, sim: &aab_android_sim::Simulator, req: Value) -> Value {
+    let reply = w.rt.block_on(sim.control(req.clone()));
+    assert_eq!(reply["ok"], json!(true), "control {req}: {reply}");
+    reply
+}
+
+/// The simulator's own record of an app (screen, activity, captures, runtimeEpoch, …).
+pub(crate) fn app_state(w: &World, sim: &aab_android_sim::Simulator, package: &str) -> Value {
+    let state = control(w, sim, json!({"op": "state"}));
+    state["apps"].as_array().unwrap().iter().find(|a| a["package"] == json!(package)).unwrap().clone()
 }
 
 impl World {
@@ -233,8 +252,7 @@ impl World {
 }
 
 pub(crate) fn sim_epoch(w: &World, sim: &aab_android_sim::Simulator) -> String {
-    let state = w.rt.block_on(sim.control(json!({"op": "state"})));
-    state["apps"].as_array().unwrap().iter().find(|a| a["package"] == json!(SAMPLE)).unwrap()["runtimeEpoch"].as_str().unwrap().to_string()
+    app_state(w, sim, SAMPLE)["runtimeEpoch"].as_str().unwrap().to_string()
 }
 
 #[test]

@@ -8,18 +8,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::android::{SAMPLE, World, simulated};
+use crate::android::{SAMPLE, World, app_state, control, simulated};
 
-fn control(w: &World, sim: &aab_android_sim::Simulator, req: Value) -> Value {
-    let reply = w.rt.block_on(sim.control(req.clone()));
-    assert_eq!(reply["ok"], json!(true), "control {req}: {reply}");
-    reply
-}
 
-fn app_state(w: &World, sim: &aab_android_sim::Simulator, package: &str) -> Value {
-    let state = control(w, sim, json!({"op": "state"}));
-    state["apps"].as_array().unwrap().iter().find(|a| a["package"] == json!(package)).unwrap().clone()
-}
 
 /// The ring's lines as logcat would print them: one record per message line.
 fn ring(w: &World, sim: &aab_android_sim::Simulator) -> Vec<Value> {

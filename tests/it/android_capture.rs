@@ -14,7 +14,7 @@ use std::process::Command;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::android::World;
+use crate::android::{World, app_state, control, simulated_with};
 
 const SHOP: &str = "com.example.aab.shop";
 const SCENARIO: &str = include_str!("../../sim/android/scenarios/capture.json");
@@ -25,25 +25,13 @@ const CHECKOUT: (i64, i64) = (360, 590);
 
 /// The simulator with the shop scenario, one device, connected to this world's server.
 fn shop(w: &World) -> aab_android_sim::Simulator {
-    let scenario = aab_android_sim::Scenario::parse(SCENARIO).expect("capture scenario parses");
-    let sim = w.rt.block_on(aab_android_sim::Simulator::start(aab_android_sim::Options { scenario, ..Default::default() })).expect("start the simulator (root, adb, busybox-static)");
-    let serial = sim.devices[0].serial.clone();
-    let said = w.adb(&["connect", &serial]);
-    assert!(said.contains("connected to"), "{said}");
-    w.wait_online(&serial);
-    sim
+    simulated_with(w, aab_android_sim::Scenario::parse(SCENARIO).expect("capture scenario parses"))
 }
 
-fn control(w: &World, sim: &aab_android_sim::Simulator, req: Value) -> Value {
-    let r = w.rt.block_on(sim.control(req.clone()));
-    assert_eq!(r["ok"], json!(true), "control {req}: {r}");
-    r
-}
 
 /// Ground truth: the shop app's entry in the simulator's state (capture records, runtimeEpoch).
 fn app_truth(w: &World, sim: &aab_android_sim::Simulator) -> Value {
-    let state = control(w, sim, json!({"op": "state"}));
-    state["apps"].as_array().unwrap().iter().find(|a| a["package"] == json!(SHOP)).unwrap().clone()
+    app_state(w, sim, SHOP)
 }
 
 fn tap(w: &World, sim: &aab_android_sim::Simulator, (x, y): (i64, i64)) {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use aab_e2e::error_facts;
 use serde_json::{Value, json};
 
-use crate::android::{SAMPLE, World, sim_epoch, simulated};
+use crate::android::{SAMPLE, World, control, sim_epoch, simulated};
 
 /// The number of ground-truth records so far (the `since` of a later read).
 fn mark(w: &World, sim: &aab_android_sim::Simulator, serial: &str) -> u64 {
@@ -32,11 +32,6 @@ fn sdk_requests(w: &World, sim: &aab_android_sim::Simulator, serial: &str, since
     truth(w, sim, serial, since, Some("sdk-request")).iter().map(|r| (r["data"]["path"].as_str().unwrap_or("").to_string(), r["data"]["runtimeEpoch"].as_str().unwrap_or("").to_string())).collect()
 }
 
-fn control(w: &World, sim: &aab_android_sim::Simulator, req: Value) -> Value {
-    let reply = w.rt.block_on(sim.control(req.clone()));
-    assert_eq!(reply["ok"], json!(true), "control {req}: {reply}");
-    reply
-}
 
 fn kill_server(w: &World) {
     if let Ok(mut s) = TcpStream::connect_timeout(&([127, 0, 0, 1], w.port).into(), Duration::from_secs(1)) {

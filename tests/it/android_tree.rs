@@ -9,31 +9,12 @@ use std::time::{Duration, Instant};
 use aab_e2e::error_facts;
 use serde_json::{Value, json};
 
-use crate::android::{SAMPLE, World, simulated};
+use crate::android::{SAMPLE, World, app_state, control, simulated, simulated_with};
 
 const CATALOG: &str = "com.example.aab.catalog";
 
-/// The simulator with the 604-node catalog screen, connected to this world's server.
-fn simulated_catalog(w: &World) -> aab_android_sim::Simulator {
-    let opts = aab_android_sim::Options { scenario: aab_android_sim::Scenario::catalog(), ..Default::default() };
-    let sim = w.rt.block_on(aab_android_sim::Simulator::start(opts)).expect("start the simulator (root, adb, busybox-static)");
-    let serial = sim.devices[0].serial.clone();
-    assert!(w.adb(&["connect", &serial]).contains("connected to"));
-    w.wait_online(&serial);
-    sim
-}
 
-fn control(w: &World, sim: &aab_android_sim::Simulator, req: Value) -> Value {
-    let reply = w.rt.block_on(sim.control(req.clone()));
-    assert_eq!(reply["ok"], json!(true), "control {req}: {reply}");
-    reply
-}
 
-/// The simulator's own record of an app (screen, activity, uiObservation, …).
-fn app_state(w: &World, sim: &aab_android_sim::Simulator, package: &str) -> Value {
-    let state = control(w, sim, json!({"op": "state"}));
-    state["apps"].as_array().unwrap().iter().find(|a| a["package"] == json!(package)).unwrap().clone()
-}
 
 /// How many tree reads the app's SDK served since truth record `since`.
 fn tree_reads(w: &World, sim: &aab_android_sim::Simulator, since: u64) -> usize {
@@ -97,7 +78,7 @@ fn android_tree_follows_the_simulated_screen() {
 #[test]
 fn android_tree_of_a_604_node_screen_reports_what_its_limits_dropped() {
     let w = World::new();
-    let mut sim = simulated_catalog(&w);
+    let mut sim = simulated_with(&w, aab_android_sim::Scenario::catalog());
     let stock = uiautomator_nodes(&w);
     assert_eq!(stock, 604, "the catalog screen as the stock dump sees it");
 
@@ -246,7 +227,7 @@ fn android_ui_observation_lease_matches_the_simulator() {
 #[ignore]
 fn android_tree_figures() {
     let w = World::new();
-    let mut sim = simulated_catalog(&w);
+    let mut sim = simulated_with(&w, aab_android_sim::Scenario::catalog());
     for (label, args) in [
         ("status (for comparison)", json!({"packageName": CATALOG})),
         ("compact", json!({"packageName": CATALOG, "compact": true})),

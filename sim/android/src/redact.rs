@@ -59,32 +59,11 @@ fn redact_url(url: &str) -> String {
 fn redact_form(form: &str) -> String {
     form.split('&')
         .map(|pair| match pair.split_once('=') {
-            Some((k, _)) if sensitive(&decode(k)) => format!("{k}={MASK}"),
+            Some((k, _)) if sensitive(&crate::sdk::url_decode(k)) => format!("{k}={MASK}"),
             _ => pair.to_string(),
         })
         .collect::<Vec<_>>()
         .join("&")
-}
-
-fn decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => match std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok()).ok_or(()) {
-                Ok(v) => {
-                    out.push(v);
-                    i += 2;
-                }
-                Err(_) => out.push(b'%'),
-            },
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn redact_json(v: &mut Value) {

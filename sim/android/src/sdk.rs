@@ -55,7 +55,8 @@ struct Request {
     body: Vec<u8>,
 }
 
-fn url_decode(s: &str) -> String {
+/// `application/x-www-form-urlencoded` decoding (`+` and `%XX`; a bad escape stays literal).
+pub(crate) fn url_decode(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
