@@ -109,14 +109,7 @@ impl Demo {
     /// Run one command through the public client; Ok = its value, Err = the error facts.
     fn call(&mut self, command: &str, arguments: Value) -> Result<Value, Value> {
         self.commands += 1;
-        let request = json!({"command": command, "arguments": arguments, "extract": null, "output": {"maxBytes": 262144}});
-        let reply = self.client.run(&request, &self.cwd);
-        let body = reply.body;
-        if body.pointer("/execution/ok") == Some(&json!(true)) && reply.exit_code == 0 {
-            Ok(body.get("value").cloned().unwrap_or(Value::Null))
-        } else {
-            Err(body.get("execution").cloned().unwrap_or(body))
-        }
+        run_command(&self.client, &self.cwd, command, arguments)
     }
 
     /// `call`, turning a failure into a demo failure.
@@ -341,5 +334,18 @@ impl Demo {
                 Err(e) => eprintln!("aab demo: runtime stop failed: {e}"),
             }
         }
+    }
+}
+
+/// One command through the public client, as a demo runs it (no extraction, a 256 KiB
+/// reply budget): Ok = its value, Err = the error facts. Shared by both demos.
+pub(crate) fn run_command(client: &Client, cwd: &Path, command: &str, arguments: Value) -> Result<Value, Value> {
+    let request = json!({"command": command, "arguments": arguments, "extract": null, "output": {"maxBytes": 262144}});
+    let reply = client.run(&request, cwd);
+    let body = reply.body;
+    if body.pointer("/execution/ok") == Some(&json!(true)) && reply.exit_code == 0 {
+        Ok(body.get("value").cloned().unwrap_or(Value::Null))
+    } else {
+        Err(body.get("execution").cloned().unwrap_or(body))
     }
 }

@@ -140,14 +140,7 @@ impl Demo {
     /// Run one command through the public client; Ok = its value, Err = the error facts.
     fn call(&mut self, command: &str, arguments: Value) -> Result<Value, Value> {
         self.commands += 1;
-        let request = json!({"command": command, "arguments": arguments, "extract": null, "output": {"maxBytes": 262144}});
-        let reply = self.client().run(&request, &self.dir);
-        let body = reply.body;
-        if body.pointer("/execution/ok") == Some(&json!(true)) && reply.exit_code == 0 {
-            Ok(body.get("value").cloned().unwrap_or(Value::Null))
-        } else {
-            Err(body.get("execution").cloned().unwrap_or(body))
-        }
+        crate::demo::run_command(self.client(), &self.dir, command, arguments)
     }
 
     fn must(&mut self, command: &str, arguments: Value) -> Result<Value, Failure> {
