@@ -19,6 +19,10 @@ mod device_tests;
 #[allow(dead_code)]
 mod foreground;
 mod manifest;
+#[allow(dead_code)]
+mod shell_exec;
+#[cfg(test)]
+mod shell_tests;
 #[cfg(test)]
 mod sim_tests;
 #[allow(dead_code)]

@@ -22,6 +22,11 @@ pub struct Faults {
     /// The next N `screencap` calls fail the way a broken one does: an error text
     /// on stdout (what `exec-out` delivers) instead of an image, exit code 1.
     pub screencap_not_png: u32,
+    /// A slow tool: every call whose argv starts with these words (e.g. `["input",
+    /// "keyevent"]`) waits `slow_tool_ms` before it acts, so a test can reboot or
+    /// disconnect the phone while the tool runs.
+    pub slow_tool: Vec<String>,
+    pub slow_tool_ms: u64,
 }
 
 impl Faults {
