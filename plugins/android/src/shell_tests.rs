@@ -137,6 +137,8 @@ fn shell_worker_reboot_mid_action_is_runtime_changed_and_reconcile_stays_unsettl
         let e = run(&ph, &job, Duration::from_secs(8)).await.unwrap_err();
         assert_eq!(e.error, codes::SHELL_RUNTIME_CHANGED, "{e:?}");
         assert_eq!(e.dispatched, None, "admitted before the reboot: unknown, left to the dispatch mark (ambiguous)");
+        // Past the slow tool's delay: the killed worker's key was never pressed.
+        tokio::time::sleep(Duration::from_millis(3000)).await;
         assert!(effects(&ph, "keyevent").await.is_empty(), "the reboot killed the worker before the tool acted");
         let epoch = e.details.as_ref().unwrap()["runtimeEpoch"].as_str().unwrap().to_string();
         let r = shell_exec::reconcile_job(&ph.device, Deadline::after(Duration::from_secs(10)), STEP, &job, &epoch).await.unwrap();

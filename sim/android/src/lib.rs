@@ -11,6 +11,7 @@
 //! renderings), `sdk` (the app SDK's HTTP dialect), `sdk_actions` (its native managed actions), `redact` (its network-capture redaction), `control`, `scenario`, `faults`.
 
 mod adbd;
+mod app_clear;
 pub mod control;
 mod control_timed;
 pub mod device;

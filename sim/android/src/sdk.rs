@@ -128,6 +128,7 @@ async fn serve(dev: Arc<Device>, package: String, epoch: String, version: String
     };
     let (status, body) = match (req.method.as_str(), req.path.as_str()) {
         ("POST", p) if p.starts_with("/v1/action/") => crate::sdk_actions::handle(&dev, &package, &epoch, &req.path, &req.body),
+        ("POST", "/v1/app/clear-data") => crate::app_clear::handle(&dev, &package),
         _ => route(&dev, &package, &epoch, &version, &req),
     };
     dev.record("sdk-request", json!({ "package": package, "runtimeEpoch": epoch, "method": req.method, "path": req.path, "status": status }));

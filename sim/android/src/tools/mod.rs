@@ -110,7 +110,12 @@ pub async fn run(ctx: &Ctx, argv: &[String], w: &mut (dyn AsyncWrite + Unpin + S
     };
     if let Some(ms) = slow {
         ctx.dev.record("fault", serde_json::json!({ "kind": "slow-tool", "argv": argv, "delayMs": ms }));
+        let boot = ctx.dev.boot_id();
         tokio::time::sleep(Duration::from_millis(ms)).await;
+        // A reboot during the wait killed the caller: the tool never acts.
+        if ctx.dev.boot_id() != boot {
+            return Res::fail(137, "");
+        }
     }
     match name {
         "dumpsys" => {
