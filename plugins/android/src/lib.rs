@@ -23,6 +23,10 @@ mod manifest;
 mod native_exec;
 mod native_target;
 mod reconcile;
+#[allow(dead_code)]
+mod shell_exec;
+#[cfg(test)]
+mod shell_tests;
 #[cfg(test)]
 mod sim_tests;
 #[allow(dead_code)]

@@ -6,6 +6,8 @@
 //! runtimeEpoch}`) and settle ONLY from a matching `executionResult`; anything
 //! else — not active, a new runtime (the SDK keeps its one receipt in memory),
 //! unreachable — stays unsettled with the reason and the device's answer.
+//! Shell actions ask the phone's shell worker for the job's durable receipt
+//! ([`crate::shell_exec::reconcile`]).
 
 use std::time::Duration;
 
@@ -29,7 +31,16 @@ pub async fn reconcile(ctx: &Context<'_>, request: Value) -> Result<Value, Provi
     let Some(record) = crate::action_record::lookup(ctx, action_id)? else { return Ok(unsettled("no_action_record", Value::Null)) };
     let answer = match record["kind"].as_str() {
         Some("native") => native(ctx, &record).await,
-        // LEAD: shell → crate::shell_exec::reconcile(ctx, &record)
+        Some("shell") => {
+            // The phone's receipt names the job; the host matches on its own action
+            // identity, which the record ties to the job.
+            let mut answer = crate::shell_exec::reconcile(ctx, &record).await?;
+            if answer["status"] == json!("settled") {
+                answer["receipt"]["runtimeEpoch"] = pending["runtimeEpoch"].clone();
+                answer["receipt"]["kind"] = json!("shell");
+            }
+            return Ok(answer);
+        }
         _ => return Ok(unsettled("unsupported_action_kind", json!({"kind": record["kind"]}))),
     };
     Ok(match answer {

@@ -58,6 +58,14 @@ pub async fn handle(devices: &[Arc<Device>], req: &Value) -> Value {
     let pkg = s(req, "package");
     match op {
         "actions" => crate::sdk_actions::actions(&dev),
+        // The SDK's native action slot of one app process (by its runtime epoch).
+        "native-slot" => json!({ "ok": true, "active": crate::sdk_actions::active_identity(req.get("runtimeEpoch").and_then(Value::as_str).unwrap_or_default()) }),
+        "effects" => {
+            // Ground truth of what changed the phone, in order (a view of `truth`).
+            let since = req.get("since").and_then(Value::as_u64).unwrap_or(0);
+            let items: Vec<Value> = dev.truth_since(since).into_iter().filter(|r| EFFECT_KINDS.contains(&r["kind"].as_str().unwrap_or(""))).collect();
+            json!({ "ok": true, "items": items })
+        }
         "truth" => {
             let since = req.get("since").and_then(Value::as_u64).unwrap_or(0);
             let kind = s(req, "kind");
@@ -216,3 +224,7 @@ pub async fn handle(devices: &[Arc<Device>], req: &Value) -> Value {
         _ => crate::control_timed::handle(devices, &dev, req).unwrap_or_else(|| err("unknown_op", format!("unknown op {op:?}"))),
     }
 }
+
+/// Truth kinds that are effects on the phone (control `effects`): input, launches,
+/// data/permission/app-op changes, signals to app processes, log clears.
+pub const EFFECT_KINDS: &[&str] = &["tap", "text", "keyevent", "swipe", "launch", "force-stop", "clear-data", "permission", "appops", "signal", "logcat-clear", "install", "uninstall"];

@@ -29,6 +29,11 @@ pub struct Faults {
     pub sdk_action_delay_ms: u64,
     /// An admitted SDK action waits this long queued before its UI task starts (a stop ends it undispatched).
     pub sdk_action_queue_ms: u64,
+    /// A slow tool: every call whose argv starts with these words (e.g. `["input",
+    /// "keyevent"]`) waits `slow_tool_ms` before it acts, so a test can reboot or
+    /// disconnect the phone while the tool runs.
+    pub slow_tool: Vec<String>,
+    pub slow_tool_ms: u64,
 }
 
 impl Faults {

@@ -292,7 +292,8 @@ fn clear_data(dev: &Arc<Device>, package: &str, epoch: &str) -> Value {
         ph.apps[i].spec.sdk_version.clone().unwrap_or_else(|| "0.4.5".into())
     };
     let _ = crate::rootfs::write_atomic(&crate::sdk::descriptor_path(dev, package), serde_json::to_vec_pretty(&crate::sdk::descriptor(package, epoch, &version)).unwrap().as_slice());
-    dev.record("clear-data", json!({ "package": package, "via": "sdk" }));
+    let _ = std::fs::remove_dir_all(dev.root.join("data/user/0").join(package).join("shared_prefs"));
+    dev.record("clear-data", json!({ "package": package, "via": "sdk", "method": "runtime" }));
     json!({ "ok": true, "action": "clear-app-data", "app": { "packageName": package }, "cleared": ["sharedPreferences", "databases", "files", "cache", "capture"], "failures": [], "updatedAtMs": now_ms() })
 }
 

@@ -94,7 +94,18 @@ fn am(ctx: &Ctx, args: &[String]) -> Res {
             if let Some(d) = opt(args, "-d") {
                 intent.push_str(&format!("dat={d} "));
             }
-            intent.push_str(&format!("cmp={} }}", comp.clone().unwrap_or_else(|| pkg.clone())));
+            let extras = args.iter().enumerate().filter(|(_, a)| ["-e", "--es"].contains(&a.as_str())).filter_map(|(i, _)| Some((args.get(i + 1)?.clone(), args.get(i + 2)?.clone()))).collect::<Vec<_>>();
+            if args.iter().any(|a| a == "--activity-clear-task") {
+                intent.push_str("flg=0x10008000 ");
+            }
+            intent.push_str(&format!("cmp={} ", comp.clone().unwrap_or_else(|| pkg.clone())));
+            if !extras.is_empty() {
+                intent.push_str("(has extras) ");
+            }
+            intent.push('}');
+            if !extras.is_empty() || args.iter().any(|a| a == "--activity-clear-task") {
+                dev.record("intent", json!({ "package": pkg, "extras": extras, "clearTask": args.iter().any(|a| a == "--activity-clear-task"), "action": opt(args, "-a"), "data": opt(args, "-d") }));
+            }
             let was_running = dev.phone.lock().unwrap().pid_of(&pkg).is_some();
             if args.iter().any(|a| a == "-S") {
                 let idx = dev.phone.lock().unwrap().app_index(&pkg);
@@ -195,6 +206,9 @@ fn pm(ctx: &Ctx, args: &[String]) -> Res {
             let mut ph = dev.phone.lock().unwrap();
             let Some(i) = ph.app_index(pkg) else { return no_package(pkg) };
             let app = &mut ph.apps[i];
+            if app.spec.install_permissions.iter().any(|p| p == perm.as_str()) {
+                return Res::fail(255, format!("Exception occurred while executing '{sub}':\njava.lang.SecurityException: Permission {perm} requested by {pkg} is not a changeable permission type\n"));
+            }
             if !app.permissions.contains_key(perm.as_str()) {
                 return Res::fail(255, format!("Exception occurred while executing '{sub}':\njava.lang.SecurityException: Package {pkg} has not requested permission {perm}\n"));
             }
@@ -449,6 +463,11 @@ fn user_name(uid: u32) -> String {
     }
 }
 
+/// Pids of app processes stopped by `kill -SIGSTOP` (state `T` in `ps`).
+fn frozen_pids(ctx: &Ctx) -> Vec<u32> {
+    ctx.dev.phone.lock().unwrap().apps.iter().filter(|a| a.frozen).filter_map(|a| a.process.as_ref().map(|p| p.pid)).collect()
+}
+
 fn ps(ctx: &Ctx, args: &[String]) -> Res {
     let fields: Vec<String> = match opt(args, "-o") {
         Some(f) => f.split(',').map(|s| s.trim().to_uppercase()).collect(),
@@ -481,7 +500,7 @@ fn ps(ctx: &Ctx, args: &[String]) -> Res {
             "RSS" => format!("{:>6}", 125348),
             "WCHAN" => format!("{:>20}", "0"),
             "ADDR" => "0".into(),
-            "S" => "S".into(),
+            "S" | "STAT" => if frozen_pids(ctx).contains(&pid) { "T".into() } else { "S".into() },
             "NAME" | "CMD" | "ARGS" | "CMDLINE" | "COMM" => name.to_string(),
             "UID" => uid.to_string(),
             _ => "?".into(),

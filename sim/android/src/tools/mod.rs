@@ -104,6 +104,19 @@ async fn serve(dev: Arc<Device>, s: tokio::net::TcpStream) -> std::io::Result<()
 pub async fn run(ctx: &Ctx, argv: &[String], w: &mut (dyn AsyncWrite + Unpin + Send)) -> Res {
     let name = argv[0].as_str();
     let args = &argv[1..];
+    let slow = {
+        let f = ctx.dev.faults.lock().unwrap();
+        (!f.slow_tool.is_empty() && argv.len() >= f.slow_tool.len() && argv[..f.slow_tool.len()] == f.slow_tool[..]).then_some(f.slow_tool_ms)
+    };
+    if let Some(ms) = slow {
+        ctx.dev.record("fault", serde_json::json!({ "kind": "slow-tool", "argv": argv, "delayMs": ms }));
+        let boot = ctx.dev.boot_id();
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        // A reboot during the wait killed the caller: the tool never acts.
+        if ctx.dev.boot_id() != boot {
+            return Res::fail(137, "");
+        }
+    }
     match name {
         "dumpsys" => {
             let delay = ctx.dev.faults.lock().unwrap().dumpsys_delay_ms;

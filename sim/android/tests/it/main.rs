@@ -8,6 +8,7 @@ mod apps;
 mod cli;
 mod control;
 mod native_slot;
+mod effects;
 mod sdk;
 mod support;
 mod userland;
