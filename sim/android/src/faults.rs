@@ -29,6 +29,9 @@ pub struct Faults {
     pub sdk_action_delay_ms: u64,
     /// An admitted SDK action waits this long queued before its UI task starts (a stop ends it undispatched).
     pub sdk_action_queue_ms: u64,
+    /// The app process dies while each of the next N admitted SDK actions runs
+    /// (before its effect): the action never completes, the connection closes.
+    pub sdk_crash_mid_action: u32,
 }
 
 impl Faults {
