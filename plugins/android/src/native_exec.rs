@@ -268,6 +268,19 @@ mod tests {
     }
 
     #[test]
+    fn the_status_must_advertise_the_execution_schema() {
+        let mut st = json!({"ok": true, "app": {"packageName": "com.example.app"}, "debugBridge": {"runtimeEpoch": E, "nativeExecutionSchema": SCHEMA}});
+        assert_eq!(check_status("com.example.app", &st).unwrap(), E);
+        st["debugBridge"]["nativeExecutionSchema"] = Value::Null;
+        let e = check_status("com.example.app", &st).unwrap_err();
+        assert_eq!((e.error.as_str(), e.dispatched), (NATIVE_EXECUTION_UNAVAILABLE, Some(false)));
+        st["debugBridge"]["nativeExecutionSchema"] = json!(SCHEMA);
+        assert_eq!(check_status("com.other", &st).unwrap_err().error, "bridge_package_mismatch");
+        st["debugBridge"]["runtimeEpoch"] = json!("nope");
+        assert_eq!(check_status("com.example.app", &st).unwrap_err().dispatched, Some(false));
+    }
+
+    #[test]
     fn settled_receipts_must_match_the_action() {
         assert!(is_settled_receipt(&receipt(), "A", E));
         assert!(!is_settled_receipt(&receipt(), "B", E));
