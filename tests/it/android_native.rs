@@ -220,17 +220,24 @@ fn android_native_tap_round_trip_figures() {
     let (_, e) = mcp.call_tool("run", json!({"command": "tap", "arguments": args, "extract": null}));
     assert!(!e);
     let mut warm = vec![];
+    let (mut prepare, mut record, mut action) = (vec![], vec![], vec![]);
     for _ in 0..n {
         let t = Instant::now();
         let (body, is_error) = mcp.call_tool("run", json!({"command": "tap", "arguments": args, "extract": null}));
         warm.push(t.elapsed().as_secs_f64() * 1000.0);
         assert!(!is_error, "{body}");
+        let tm = &body["value"]["timingsMs"];
+        prepare.push(tm["prepareMs"].as_f64().unwrap());
+        record.push(tm["recordMs"].as_f64().unwrap());
+        action.push(tm["actionMs"].as_f64().unwrap());
     }
     let med = |v: &mut Vec<f64>| {
         v.sort_by(|a, b| a.partial_cmp(b).unwrap());
         (v[v.len() / 2], v[0], v[v.len() - 1])
     };
     let (c, w_) = (med(&mut cli), med(&mut warm));
+    let (p, r, a) = (med(&mut prepare).0, med(&mut record).0, med(&mut action).0);
+    eprintln!("FIGURES tap inside the plugin (warm MCP, medians): prepare (device, foreground proof, SDK route, status) {p:.1} ms, action record (FactStore, sync) {r:.1} ms, SDK action POST + receipt {a:.1} ms");
     eprintln!("FIGURES tap (SDK path, receipt verified) over {n} runs: CLI median {:.1} ms (min {:.1}, max {:.1}); warm MCP median {:.1} ms (min {:.1}, max {:.1})", c.0, c.1, c.2, w_.0, w_.1, w_.2);
     assert_eq!(effects(&w, &sim, "tap").len(), 2 * n + 2, "ground truth: every tap once");
     sim.shutdown();
