@@ -10,6 +10,7 @@ mod android_adbq;
 mod android_demo;
 mod android_matrix;
 mod android_ownership;
+mod android_native;
 mod facts;
 mod foundation;
 mod hostile;

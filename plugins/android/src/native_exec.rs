@@ -45,6 +45,8 @@ pub struct Session {
     pub epoch: String,
     pub budget: Budget,
     pub foreground: Value,
+    /// When `open` started (the reply's `timingsMs` split the round trip).
+    pub started: std::time::Instant,
 }
 
 fn left(deadline: Deadline) -> Duration {
@@ -53,6 +55,7 @@ fn left(deadline: Deadline) -> Duration {
 
 /// Device, foreground (must be the app), SDK route and status with the schema.
 pub async fn open(ctx: &Context<'_>, app: &App) -> Result<Session, ProviderError> {
+    let started = std::time::Instant::now();
     let budget = Budget::new(ctx, app.adb_timeout_ms);
     let device = device(app.adb.as_deref(), app.serial.as_deref(), &budget).await?;
     let serial = device.serial.clone();
@@ -67,7 +70,7 @@ pub async fn open(ctx: &Context<'_>, app: &App) -> Result<Session, ProviderError
     let route = target.route(budget.adb()).await?;
     let status = http::request(route.forward.port, "GET", "/v1/status", None, budget.adb()).await.map_err(|e| e.not_dispatched())?.body;
     let epoch = check_status(&app.package, &status)?;
-    Ok(Session { serial, package: app.package.clone(), route, epoch, budget, foreground: foreground.map(|f| json!({"package": f.window.package, "activity": f.window.activity, "pid": f.process.pid})).unwrap_or(Value::Null) })
+    Ok(Session { serial, package: app.package.clone(), route, epoch, budget, foreground: foreground.map(|f| json!({"package": f.window.package, "activity": f.window.activity, "pid": f.process.pid})).unwrap_or(Value::Null), started })
 }
 
 /// The status must be ok, of this package, and advertise `aab.native-execution/v1`;
@@ -119,7 +122,9 @@ impl Session {
         body.insert("execution".into(), execution.clone());
         let device = json!({"actionId": action_id, "runtimeEpoch": self.epoch, "route": path, "port": self.route.forward.port, "socket": self.route.descriptor.socket_name});
         let record = crate::action_record::record("native", command, &self.serial, Some(&self.package), device);
+        let prepared = self.started.elapsed();
         crate::action_record::append(ctx, &action_id, &record)?;
+        let recorded = self.started.elapsed();
         let wait = Deadline::after(Duration::from_millis(timeout_ms) + GRACE + Duration::from_millis(500 + extra_ms));
         let http_deadline = if wait.instant() < self.budget.deadline.instant() { wait } else { self.budget.deadline };
         let body = Value::Object(body);
@@ -137,7 +142,14 @@ impl Session {
                     }
                     return Err(e);
                 }
-                Reply::Settled => return self.settled(path, r.body, None),
+                Reply::Settled => {
+                    let ms = |d: Duration| (d.as_secs_f64() * 1000.0 * 10.0).round() / 10.0;
+                    let timings = json!({"prepareMs": ms(prepared), "recordMs": ms(recorded - prepared), "actionMs": ms(self.started.elapsed() - recorded)});
+                    return self.settled(path, r.body, None).map(|mut v| {
+                        v["timingsMs"] = timings;
+                        v
+                    });
+                }
                 Reply::Unknown => json!({"error": r.body.get("error").cloned().unwrap_or(Value::Null), "reply": r.body}),
             },
             // Nothing was written: the SDK never saw the action.
@@ -265,6 +277,19 @@ mod tests {
         let mut pending = r.clone();
         pending["dispatched"] = Value::Null;
         assert!(!is_rejection(&pending));
+    }
+
+    #[test]
+    fn the_status_must_advertise_the_execution_schema() {
+        let mut st = json!({"ok": true, "app": {"packageName": "com.example.app"}, "debugBridge": {"runtimeEpoch": E, "nativeExecutionSchema": SCHEMA}});
+        assert_eq!(check_status("com.example.app", &st).unwrap(), E);
+        st["debugBridge"]["nativeExecutionSchema"] = Value::Null;
+        let e = check_status("com.example.app", &st).unwrap_err();
+        assert_eq!((e.error.as_str(), e.dispatched), (NATIVE_EXECUTION_UNAVAILABLE, Some(false)));
+        st["debugBridge"]["nativeExecutionSchema"] = json!(SCHEMA);
+        assert_eq!(check_status("com.other", &st).unwrap_err().error, "bridge_package_mismatch");
+        st["debugBridge"]["runtimeEpoch"] = json!("nope");
+        assert_eq!(check_status("com.example.app", &st).unwrap_err().dispatched, Some(false));
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub struct Faults {
     /// disconnect the phone while the tool runs.
     pub slow_tool: Vec<String>,
     pub slow_tool_ms: u64,
+    /// The app process dies while each of the next N admitted SDK actions runs
+    /// (before its effect): the action never completes, the connection closes.
+    pub sdk_crash_mid_action: u32,
 }
 
 impl Faults {

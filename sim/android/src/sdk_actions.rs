@@ -106,9 +106,10 @@ async fn wait(a: &Active, limit: Duration) -> Outcome {
     }
 }
 
-/// Whether this request path is an action (its reply can be dropped by `sdkDropActionReplies`).
+/// Whether this request path is an action route, cancel included (its reply can be
+/// dropped by `sdkDropActionReplies`).
 pub fn is_action(path: &str) -> bool {
-    ACTION_ROUTES.iter().any(|k| path == format!("/v1/action/{k}"))
+    path.starts_with("/v1/action/")
 }
 
 /// One request on an action route; `None` = the process died, close without a reply.
@@ -204,6 +205,10 @@ async fn run(dev: Arc<Device>, package: String, epoch: String, kind: String, req
     let gesture_ms = if kind == "gesture-target" { req.get("durationMs").and_then(Value::as_u64).unwrap_or(0) } else { 0 };
     if delay + gesture_ms > 0 {
         tokio::time::sleep(Duration::from_millis(delay + gesture_ms)).await;
+    }
+    if crate::faults::Faults::take(&mut dev.faults.lock().unwrap().sdk_crash_mid_action) {
+        // The process dies while the UI task runs (before its effect).
+        let _ = crate::lifecycle::crash(&dev, &package, false);
     }
     // A process that died while the task ran never completes it.
     let alive = with_slot(&epoch, |s| s.active.as_ref().is_some_and(|x| Arc::ptr_eq(x, &a)));
