@@ -349,12 +349,13 @@ impl ExecutionHost {
         .await;
         if let Some(guard) = guard {
             let known = match &outcome {
-                ExecOutcome::Failed(e) => e.dispatched == Some(false) && !e.ambiguous,
+                // Not dispatched, or dispatched and settled by the device's receipt.
+                ExecOutcome::Failed(e) => e.dispatched.is_some() && !e.ambiguous,
                 _ => true,
             };
             let result = if known {
                 let proof = match &outcome {
-                    ExecOutcome::Failed(e) => json!({"ok": false, "error": e.code, "dispatched": false}),
+                    ExecOutcome::Failed(e) => json!({"ok": false, "error": e.code, "dispatched": e.dispatched}),
                     _ => json!({"ok": true}),
                 };
                 tokio::task::spawn_blocking(move || guard.settle(json!({"source": "provider-reply", "outcome": proof}))).await
@@ -767,7 +768,12 @@ fn outcome_from_raw(raw: &str, marked: bool) -> ExecOutcome {
         field: e.field,
         details: e.details,
         dispatched: dispatched_fact,
-        ambiguous: dispatched_fact != Some(false),
+        // Only an explicit dispatch fact with the device's settled receipt is a
+        // known failure after the mark; anything else after it stays unknown.
+        ambiguous: match (e.ambiguous, dispatched_fact) {
+            (Some(false), Some(true)) => false,
+            _ => dispatched_fact != Some(false),
+        },
     })
 }
 

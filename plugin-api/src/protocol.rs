@@ -676,11 +676,16 @@ pub struct ProviderError {
     /// Explicit dispatch fact; `None` = derive from the dispatch mark.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dispatched: Option<bool>,
+    /// `Some(false)` with `dispatched: Some(true)`: the effect happened and the
+    /// device's own receipt settled the outcome (a known failure, e.g. a focus
+    /// the app rejected). `None` = a failure after the mark is ambiguous.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ambiguous: Option<bool>,
 }
 
 impl ProviderError {
     pub fn new(error: impl Into<String>, message: impl Into<String>) -> Self {
-        ProviderError { error: error.into(), message: message.into(), field: None, details: None, dispatched: None }
+        ProviderError { error: error.into(), message: message.into(), field: None, details: None, dispatched: None, ambiguous: None }
     }
     pub fn with_field(mut self, field: impl Into<String>) -> Self {
         self.field = Some(field.into());
@@ -693,6 +698,14 @@ impl ProviderError {
     /// Declare that the effect certainly did not happen (e.g. refused by the device).
     pub fn not_dispatched(mut self) -> Self {
         self.dispatched = Some(false);
+        self
+    }
+    /// Declare a known failure after dispatch: the device's own settled receipt
+    /// says the effect was attempted and failed. The host settles the device's
+    /// ownership journal instead of leaving it unresolved.
+    pub fn settled_after_dispatch(mut self) -> Self {
+        self.dispatched = Some(true);
+        self.ambiguous = Some(false);
         self
     }
 }

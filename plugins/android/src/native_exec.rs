@@ -188,7 +188,9 @@ impl Session {
             Some(f) => e.with_field(f),
             None => e,
         };
-        Err(if receipt["dispatched"] == false { e.not_dispatched() } else { e })
+        // A settled receipt is a known outcome either way: the host settles the
+        // device's journal instead of leaving it unresolved.
+        Err(if receipt["dispatched"] == false { e.not_dispatched() } else { e.settled_after_dispatch() })
     }
 }
 
