@@ -19,7 +19,6 @@ mod device_tests;
 #[allow(dead_code)]
 mod foreground;
 mod manifest;
-#[allow(dead_code)]
 mod shell_exec;
 #[cfg(test)]
 mod shell_tests;

@@ -53,3 +53,14 @@ pub(crate) fn package_name() -> Value {
 pub(crate) fn port(what: &str) -> Value {
     json!({"type": "integer", "minimum": 1, "maximum": 65535, "description": what})
 }
+
+/// Shell-action commands (the managed shell worker): a screen coordinate.
+pub(crate) fn coordinate(what: &str) -> Value {
+    json!({"type": "integer", "minimum": 0, "maximum": 100000, "description": what})
+}
+
+/// The mutating Android commands' common spec: device-scoped through `serial`,
+/// which is required and keys both the admission lane and the device journal.
+pub(crate) fn shell_mutation(command: &str, domain: &str, target_kind: &str, summary: &str) -> aab_plugin_api::CommandSpec {
+    aab_plugin_api::CommandSpec::mutation(command).platform("android").domain(domain).target_kind(target_kind).summary(summary).target_key("serial").device_key("serial").timeouts(30_000, 120_000)
+}

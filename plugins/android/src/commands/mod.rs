@@ -26,6 +26,14 @@ mod status;
 mod tree;
 mod ui_observation;
 mod wait_text;
+mod swipe;
+mod keyevent;
+mod hide_keyboard;
+mod launch;
+mod clear_app_data;
+mod freeze;
+mod permission_change;
+mod appops_set;
 
 /// Every Android command, in catalog order. One line per command: adding a command
 /// is a module with its spec, typed arguments and code, plus its line here.
@@ -45,6 +53,17 @@ pub fn list() -> Commands<AndroidProvider> {
         .add::<ui_observation::UiObservation>()
         .add::<forward::Forward>()
         .add::<forward::RemoveForward>()
+        .add::<swipe::Swipe>()
+        .add::<keyevent::Keyevent>()
+        .add::<hide_keyboard::HideKeyboard>()
+        .add::<launch::LaunchApp>()
+        .add::<launch::LaunchActivity>()
+        .add::<clear_app_data::ClearAppData>()
+        .add::<freeze::FreezeApp>()
+        .add::<freeze::ThawApp>()
+        .add::<permission_change::PermissionGrant>()
+        .add::<permission_change::PermissionRevoke>()
+        .add::<appops_set::AppopsSet>()
 }
 
 #[derive(Deserialize)]
@@ -114,7 +133,7 @@ mod tests {
     fn the_manifest_passes_the_sdk_checks() {
         let specs: Vec<CommandSpec> = list().specs().cloned().collect();
         let names: Vec<&str> = specs.iter().map(|c| c.command.as_str()).collect();
-        assert_eq!(names, ["status", "tree", "screenshot", "logs", "state", "network", "events", "logcat", "keyboard-state", "permission-state", "wait-text", "ui-observation", "forward", "remove-forward"]);
+        assert_eq!(names, ["status", "tree", "screenshot", "logs", "state", "network", "events", "logcat", "keyboard-state", "permission-state", "wait-text", "ui-observation", "forward", "remove-forward", "swipe", "keyevent", "hide-keyboard", "launch-app", "launch-activity", "clear-app-data", "freeze-app", "thaw-app", "permission-grant", "permission-revoke", "appops-set"]);
         crate::manifest::manifest().commands(specs).check().unwrap();
     }
 }

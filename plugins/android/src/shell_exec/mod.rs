@@ -83,6 +83,7 @@ impl Job {
     }
 
     /// A job known only by its ids (reconcile: the record names them).
+    #[allow(dead_code)] // reconcile's; wired into the reconcile hook by lane NATIVE/the lead
     pub fn known(action_id: &str, job_id: &str, command_sha256: &str) -> Job {
         Job { action_id: action_id.to_string(), job_id: job_id.to_string(), command: String::new(), command_sha256: command_sha256.to_string() }
     }
@@ -132,7 +133,11 @@ impl ShellRun {
 
 /// Who asks: the command name and package the action record names.
 pub struct Action<'a> {
+    /// The device-side action id (the host action id, or `<host id>:<n>` for the
+    /// n-th job of one host action).
     pub action_id: &'a str,
+    /// The host action id: the key of the action record.
+    pub host_action_id: &'a str,
     pub command: &'a str,
     pub package: Option<&'a str>,
 }
@@ -272,7 +277,7 @@ pub fn record(action: &Action<'_>, serial: &str, job: &Job, runtime_epoch: &str)
 
 fn append_record(ctx: &Context<'_>, action: &Action<'_>, serial: &str, job: &Job, runtime_epoch: &str) -> Result<(), ProviderError> {
     let rec = record(action, serial, job, runtime_epoch);
-    ctx.facts().append(RECORD_STREAM, action.action_id, &rec, Durability::Sync).map(|_| ()).map_err(|e| e.not_dispatched())
+    ctx.facts().append(RECORD_STREAM, action.host_action_id, &rec, Durability::Sync).map(|_| ()).map_err(|e| e.not_dispatched())
 }
 
 /// Settle a shell action from the phone (the `device-ownership reconcile` branch
@@ -281,6 +286,7 @@ fn append_record(ctx: &Context<'_>, action: &Action<'_>, serial: &str, job: &Job
 /// (the cancelled receipt settles it as not dispatched), and otherwise stays
 /// `{status:"unsettled", reason}` — `shell_runtime_changed` after a reboot of an
 /// admitted job, `shell_action_running`, `shell_execution_not_found`.
+#[allow(dead_code)] // the shell branch of the reconcile hook (reconcile.rs, lane NATIVE)
 pub async fn reconcile(ctx: &Context<'_>, record: &Value) -> Result<Value, ProviderError> {
     let d = &record["device"];
     let (Some(action_id), Some(job_id), Some(epoch), Some(sha), Some(serial)) = (d["actionId"].as_str(), d["jobId"].as_str(), d["runtimeEpoch"].as_str(), d["commandSha256"].as_str(), record["serial"].as_str()) else {
@@ -294,6 +300,7 @@ pub async fn reconcile(ctx: &Context<'_>, record: &Value) -> Result<Value, Provi
     reconcile_job(&device, deadline, step, &job, epoch).await
 }
 
+#[allow(dead_code)]
 pub async fn reconcile_job(device: &Device, deadline: Deadline, step: Duration, job: &Job, epoch: &str) -> Result<Value, ProviderError> {
     let mut trips = Vec::new();
     let q = timed(&mut trips, "query", client::run(device, &scripts::query(job), deadline.capped(step))).await?;
@@ -328,3 +335,25 @@ pub fn job_dir(job_id: &str) -> String {
 pub(crate) fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
+
+/// A command's one shell action: [`run_argv`] under the invocation's action id; a
+/// nonzero exit of the Android tool is `shell_command_failed` (the tool refused and
+/// changed nothing: Android's `input`/`pm`/`appops`/`am` fail before acting).
+pub async fn command_action(ctx: &Context<'_>, action_id: &str, device: &Device, deadline: Deadline, step: Duration, command: &str, package: Option<&str>, argv: &[&str]) -> Result<ShellRun, ProviderError> {
+    // `<host id>:<n>` names the n-th job of one host action; its record is the host id's.
+    let host_action_id = match action_id.rsplit_once(':') {
+        Some((host, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => action_id,
+    };
+    let action = Action { action_id, host_action_id, command, package };
+    let run = run_argv(ctx, device, deadline, step, &action, argv).await?;
+    if run.exit_code != 0 {
+        return Err(ProviderError::new(SHELL_COMMAND_FAILED, format!("`{}` exited with {}: {}", argv.join(" "), run.exit_code, run.stderr_text().trim()))
+            .with_details(json!({"exitCode": run.exit_code, "stdout": run.stdout_text(), "stderr": run.stderr_text(), "execution": run.execution()}))
+            .not_dispatched());
+    }
+    Ok(run)
+}
+
+/// The Android tool the worker ran exited nonzero.
+pub const SHELL_COMMAND_FAILED: &str = "shell_command_failed";
