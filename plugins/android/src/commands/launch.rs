@@ -35,7 +35,7 @@ fn schema(clear_task: bool) -> serde_json::Value {
         "action": name.clone(),
         "category": {"type": "array", "items": name, "maxItems": 16},
         "data": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "Intent data URI (-d)"},
-        "extra": {"type": "array", "maxItems": 32, "description": "String extras (-e key value)", "items": {"type": "object", "additionalProperties": false, "required": ["key", "value"], "properties": {"key": {"type": "string", "minLength": 1, "maxLength": 256}, "value": {"type": "string", "maxLength": 4096}}}},
+        "extra": {"type": "array", "maxItems": 32, "description": "String extras `key=value` (-e key value)", "items": {"type": "string", "maxLength": 4096, "pattern": "^[^=\\s]+="}},
         "foregroundTimeoutMs": {"type": "integer", "minimum": 0, "maximum": 60000, "description": "How long to poll the foreground (default 8000)"},
     });
     if clear_task {
@@ -53,13 +53,6 @@ fn spec(command: &str, clear_task: bool) -> CommandSpec {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Extra {
-    pub key: String,
-    pub value: String,
-}
-
-#[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct LaunchArgs {
     pub serial: String,
@@ -71,7 +64,7 @@ pub struct LaunchArgs {
     pub category: Vec<String>,
     pub data: Option<String>,
     #[serde(default)]
-    pub extra: Vec<Extra>,
+    pub extra: Vec<String>,
     pub clear_task: Option<bool>,
     pub foreground_timeout_ms: Option<u64>,
     pub adb: Option<String>,
@@ -138,7 +131,8 @@ async fn launch(ctx: &Context<'_>, inv: &Invocation, command: &str, a: LaunchArg
         argv.extend(["-d".into(), d.clone()]);
     }
     for e in &a.extra {
-        argv.extend(["-e".into(), e.key.clone(), e.value.clone()]);
+        let (k, v) = e.split_once('=').unwrap_or((e, ""));
+        argv.extend(["-e".into(), k.to_string(), v.to_string()]);
     }
     argv.extend(["-n".into(), comp.clone()]);
     let refs: Vec<&str> = argv.iter().map(String::as_str).collect();

@@ -14,12 +14,11 @@ use std::time::{Duration, Instant};
 
 use aab_plugin_api::host::Durability;
 use aab_plugin_api::{Context, ProviderError};
-use base64::Engine;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::adb::Deadline;
-use crate::adb::device::{Device, quote};
+use crate::adb::device::Device;
 use client::Reply;
 
 pub const SCHEMA: &str = "aab.android-shell-execution/v1";
@@ -38,6 +37,7 @@ const CANCEL_RESERVE: Duration = Duration::from_millis(1200);
 pub const RECORD_STREAM: &str = "android.actions";
 pub const RECORD_SCHEMA: &str = "aab.android-action-record/v1";
 
+#[allow(dead_code)] // every code the phone can answer, named for callers and tests
 pub mod codes {
     /// The phone rebooted (boot id changed) around the action.
     pub const SHELL_RUNTIME_CHANGED: &str = "shell_runtime_changed";
@@ -325,15 +325,6 @@ pub async fn reconcile_job(device: &Device, deadline: Deadline, step: Duration, 
         return Ok(json!({"status": "unsettled", "reason": codes::SHELL_RUNTIME_CHANGED, "jobId": job.job_id, "runtimeEpoch": epoch, "currentRuntimeEpoch": q.str("runtimeEpoch")}));
     }
     Ok(json!({"status": "unsettled", "reason": "shell_action_running", "jobId": job.job_id}))
-}
-
-/// The phone-side path of a job's directory (tests and docs).
-pub fn job_dir(job_id: &str) -> String {
-    quote(&format!("{ROOT}/{job_id}"))
-}
-
-pub(crate) fn b64(bytes: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// A command's one shell action: [`run_argv`] under the invocation's action id; a
