@@ -135,6 +135,15 @@ fn android_shell_mutations_each_happen_once_and_settle_the_device() {
     assert_eq!(w.fails("swipe", json!({"serial": s, "startX": 1, "startY": 1, "endX": 1}), "missing_argument")["field"], json!("endY"));
     assert_eq!(phase(&w, &serial), json!("idle"));
 
+    // logcat clear: `logcat -c` through the worker, then the (now empty) read.
+    let t = last_seq(&w, &sim);
+    let before = control(&w, &sim, json!({"op": "log-ring"}))["lines"].as_array().unwrap().len();
+    assert!(before > 0);
+    let lc = w.ok("logcat", json!({"serial": s, "clear": true}));
+    assert_eq!(lc["cleared"]["exitCode"], json!(0), "{lc}");
+    assert_eq!(kinds(&effects(&w, &sim, t)), ["logcat-clear"]);
+    assert_eq!(lc["count"], json!(control(&w, &sim, json!({"op": "log-ring"}))["lines"].as_array().unwrap().len()));
+
     // MCP: the same worker path.
     let t = last_seq(&w, &sim);
     let mut mcp = w.env.mcp();
