@@ -46,7 +46,7 @@ impl Command for AppopsSet {
         let budget = Budget::new(ctx, a.adb_timeout_ms);
         cancellable(ctx, async {
             let device = device(a.adb.as_deref(), Some(&a.serial), &budget).await?;
-            let run = crate::shell_exec::command_action(ctx, &inv.action_id, &device, budget.deadline, budget.adb_step, "appops-set", Some(&a.package_name), &["appops", "set", &a.package_name, &a.op, &a.mode]).await?;
+            let run = crate::shell_exec::command_action(ctx, &inv.action_id, &device, &budget, "appops-set", Some(&a.package_name), &["appops", "set", &a.package_name, &a.op, &a.mode]).await?;
             let now = device.shell(&format!("appops get {} {}", a.package_name, a.op), None, budget.adb()).await?.stdout_text();
             Ok(json!({"ok": true, "serial": device.serial, "packageName": a.package_name, "op": a.op, "mode": a.mode, "state": parse_app_op(&now, &a.op), "execution": run.execution()}))
         })

@@ -37,7 +37,7 @@ async fn signal(ctx: &Context<'_>, inv: &Invocation, command: &str, sig: &str, a
         }
     };
     let pid_s = pid.to_string();
-    let run = crate::shell_exec::command_action(ctx, &inv.action_id, &device, budget.deadline, budget.adb_step, command, Some(&a.package_name), &["run-as", &a.package_name, "kill", sig, &pid_s]).await?;
+    let run = crate::shell_exec::command_action(ctx, &inv.action_id, &device, &budget, command, Some(&a.package_name), &["run-as", &a.package_name, "kill", sig, &pid_s]).await?;
     // The state after: field 3 of /proc/<pid>/stat (after the parenthesised name).
     let stat = device.shell(&format!("cat /proc/{pid}/stat"), None, budget.adb()).await.map(|o| o.stdout_text()).unwrap_or_default();
     let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.split_whitespace().next()).map(str::to_string);

@@ -62,7 +62,7 @@ impl Command for HideKeyboard {
             if before || a.force == Some(true) {
                 for (n, key) in [(1, "111"), (2, "4")] {
                     let id = if n == 1 { inv.action_id.clone() } else { format!("{}:{n}", inv.action_id) };
-                    let run = crate::shell_exec::command_action(ctx, &id, &device, budget.deadline, budget.adb_step, "hide-keyboard", None, &["input", "keyevent", key]).await?;
+                    let run = crate::shell_exec::command_action(ctx, &id, &device, &budget, "hide-keyboard", None, &["input", "keyevent", key]).await?;
                     keys.push(json!({"keyCode": key.parse::<u32>().unwrap_or(0), "execution": run.execution()}));
                     tokio::time::sleep(Duration::from_millis(a.interval_ms.unwrap_or(300))).await;
                     now = shown(&device, &budget).await?;

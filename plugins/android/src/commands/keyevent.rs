@@ -36,7 +36,7 @@ impl Command for Keyevent {
         cancellable(ctx, async {
             let device = device(a.adb.as_deref(), Some(&a.serial), &budget).await?;
             let code = a.key_code.unwrap_or(4).to_string();
-            let run = crate::shell_exec::command_action(ctx, &inv.action_id, &device, budget.deadline, budget.adb_step, "keyevent", None, &["input", "keyevent", &code]).await?;
+            let run = crate::shell_exec::command_action(ctx, &inv.action_id, &device, &budget, "keyevent", None, &["input", "keyevent", &code]).await?;
             Ok(json!({"ok": true, "serial": device.serial, "keyCode": a.key_code.unwrap_or(4), "execution": run.execution()}))
         })
         .await

@@ -280,7 +280,7 @@ impl Command for Logcat {
             let device = device(args.adb.as_deref(), args.serial.as_deref(), &budget).await?;
             // `clear`: `logcat -c` as a shell-worker job before the read.
             let cleared = match args.clear {
-                Some(true) => crate::shell_exec::command_action(ctx, &inv.action_id, &device, budget.deadline, budget.adb_step, "logcat", None, &["logcat", "-c"]).await?.execution(),
+                Some(true) => crate::shell_exec::command_action(ctx, &inv.action_id, &device, &budget, "logcat", None, &["logcat", "-c"]).await?.execution(),
                 _ => Value::Null,
             };
             let pid = match (&args.package_name, plan.app_pid) {

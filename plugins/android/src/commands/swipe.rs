@@ -48,7 +48,7 @@ impl Command for Swipe {
             let d = a.duration_ms.unwrap_or(300);
             let nums = [a.start_x, a.start_y, a.end_x, a.end_y, d].map(|n| n.to_string());
             let argv = ["input", "swipe", &nums[0], &nums[1], &nums[2], &nums[3], &nums[4]];
-            let run = crate::shell_exec::command_action(ctx, &inv.action_id, &device, budget.deadline, budget.adb_step, "swipe", None, &argv).await?;
+            let run = crate::shell_exec::command_action(ctx, &inv.action_id, &device, &budget, "swipe", None, &argv).await?;
             Ok(json!({"ok": true, "serial": device.serial, "startX": a.start_x, "startY": a.start_y, "endX": a.end_x, "endY": a.end_y, "durationMs": d, "execution": run.execution()}))
         })
         .await

@@ -330,7 +330,8 @@ pub async fn reconcile_job(device: &Device, deadline: Deadline, step: Duration, 
 /// A command's one shell action: [`run_argv`] under the invocation's action id; a
 /// nonzero exit of the Android tool is `shell_command_failed` (the tool refused and
 /// changed nothing: Android's `input`/`pm`/`appops`/`am` fail before acting).
-pub async fn command_action(ctx: &Context<'_>, action_id: &str, device: &Device, deadline: Deadline, step: Duration, command: &str, package: Option<&str>, argv: &[&str]) -> Result<ShellRun, ProviderError> {
+pub(crate) async fn command_action(ctx: &Context<'_>, action_id: &str, device: &Device, budget: &crate::commands::Budget, command: &str, package: Option<&str>, argv: &[&str]) -> Result<ShellRun, ProviderError> {
+    let (deadline, step) = (budget.deadline, budget.adb_step);
     // `<host id>:<n>` names the n-th job of one host action; its record is the host id's.
     let host_action_id = match action_id.rsplit_once(':') {
         Some((host, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => host,
