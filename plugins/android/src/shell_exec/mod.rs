@@ -349,3 +349,37 @@ pub(crate) async fn command_action(ctx: &Context<'_>, action_id: &str, device: &
 
 /// The Android tool the worker ran exited nonzero.
 pub const SHELL_COMMAND_FAILED: &str = "shell_command_failed";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_sh_quotes_every_argument_and_is_capped() {
+        let job = Job::new("00000000-0000-4000-8000-000000000001", &["input", "text", "it's $HOME"]).unwrap();
+        assert_eq!(job.command, "exec 'input' 'text' 'it'\\''s $HOME'\n");
+        assert_eq!(job.job_id, "00000000-0000-4000-8000-000000000001", "a UUID action id is the job id");
+        assert_eq!(job.command_sha256, hex(&Sha256::digest(job.command.as_bytes())));
+        let big = "x".repeat(MAX_COMMAND_BYTES);
+        let e = Job::new("a", &["echo", &big]).unwrap_err();
+        assert_eq!((e.error.as_str(), e.dispatched), (codes::SHELL_COMMAND_TOO_LARGE, Some(false)));
+    }
+
+    #[test]
+    fn other_action_ids_map_to_a_stable_uuid() {
+        let a = job_id("op-1:action-2");
+        assert!(is_uuid(&a), "{a}");
+        assert_eq!(a, job_id("op-1:action-2"));
+        assert_ne!(a, job_id("op-1:action-3"));
+        assert!(!is_uuid("00000000-0000-4000-8000-00000000000G"));
+    }
+
+    #[test]
+    fn the_record_names_the_job() {
+        let job = Job::new("00000000-0000-4000-8000-000000000001", &["input", "keyevent", "4"]).unwrap();
+        let action = Action { action_id: &job.action_id, host_action_id: &job.action_id, command: "keyevent", package: None };
+        let r = record(&action, "emulator-5554", &job, "boot-1");
+        assert_eq!(r["device"], json!({"actionId": job.action_id, "jobId": job.job_id, "runtimeEpoch": "boot-1", "commandSha256": job.command_sha256}));
+        assert_eq!((r["kind"].clone(), r["schemaVersion"].clone(), r.get("packageName")), (json!("shell"), json!(RECORD_SCHEMA), None));
+    }
+}
