@@ -11,6 +11,7 @@ mod android_demo;
 mod android_matrix;
 mod android_ownership;
 mod android_native;
+mod android_shell;
 mod facts;
 mod foundation;
 mod hostile;

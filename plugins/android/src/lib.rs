@@ -23,7 +23,6 @@ mod manifest;
 mod native_exec;
 mod native_target;
 mod reconcile;
-#[allow(dead_code)]
 mod shell_exec;
 #[cfg(test)]
 mod shell_tests;

@@ -61,3 +61,13 @@ pub(crate) fn coordinate(what: &str) -> Value {
 
 /// `serial` is required by Android mutations (the device-ownership journal is per serial).
 pub(crate) const MUTATION_REQUIRED: [&str; 2] = ["serial", "packageName"];
+/// Shell-action commands (`input` takes whole pixels): a screen coordinate.
+pub(crate) fn pixel(what: &str) -> Value {
+    json!({"type": "integer", "minimum": 0, "maximum": 100000, "description": what})
+}
+
+/// The mutating Android commands' common spec: device-scoped through `serial`,
+/// which is required and keys both the admission lane and the device journal.
+pub(crate) fn shell_mutation(command: &str, domain: &str, target_kind: &str, summary: &str) -> aab_plugin_api::CommandSpec {
+    aab_plugin_api::CommandSpec::mutation(command).platform("android").domain(domain).target_kind(target_kind).summary(summary).target_key("serial").device_key("serial").timeouts(30_000, 120_000)
+}

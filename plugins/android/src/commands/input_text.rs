@@ -10,7 +10,6 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::cancellable;
-use super::tap::PROVIDER_UNAVAILABLE;
 use crate::AndroidProvider;
 use crate::manifest::{MUTATION_REQUIRED, coordinate, object, package_name, port, props};
 use crate::native_exec::{App, open};
@@ -68,10 +67,6 @@ impl Command for InputText {
         spec()
     }
     async fn run(_: &AndroidProvider, ctx: &Context<'_>, inv: &Invocation, args: InputTextArgs) -> Result<Reply, ProviderError> {
-        if args.hide_keyboard {
-            // LEAD: after the input, hide the keyboard through crate::shell_exec::run_argv (`input keyevent 111`).
-            return Err(ProviderError::new(PROVIDER_UNAVAILABLE, "hideKeyboard needs the shell worker, which is not wired in this build").with_field("hideKeyboard").not_dispatched());
-        }
         let app = App { package: args.package_name.clone(), serial: args.serial.clone(), port: args.port, adb: args.adb.clone(), adb_timeout_ms: args.adb_timeout_ms };
         cancellable(ctx, async {
             let session = open(ctx, &app).await?;
@@ -95,8 +90,26 @@ impl Command for InputText {
             if let Some(b) = bound {
                 out["bound"] = b;
             }
+            if args.hide_keyboard {
+                out["hideKeyboard"] = hide_keyboard(ctx, inv, &args, &session.serial).await?;
+            }
             Ok(Reply::Json(out))
         })
         .await
+    }
+}
+
+/// `hideKeyboard`: after the text is in, `input keyevent 111` (ESCAPE) through the
+/// shell worker as the second job of this action (`<action id>:1`). A refusal
+/// before that job ran is reported beside the input's success; an unknown outcome
+/// fails the call (ambiguous) so the device stays unresolved until reconciled.
+async fn hide_keyboard(ctx: &Context<'_>, inv: &Invocation, args: &InputTextArgs, serial: &str) -> Result<Value, ProviderError> {
+    let budget = super::Budget::new(ctx, args.adb_timeout_ms);
+    let device = super::device(args.adb.as_deref(), Some(serial), &budget).await.map_err(|e| e.settled_after_dispatch())?;
+    let job = format!("{}:1", inv.action_id);
+    match crate::shell_exec::command_action(ctx, &job, &device, &budget, "input-text", Some(&args.package_name), &["input", "keyevent", "111"]).await {
+        Ok(run) => Ok(json!({"ok": true, "keyCode": 111, "execution": run.execution()})),
+        Err(e) if e.dispatched == Some(false) => Ok(json!({"ok": false, "error": e.error, "message": e.message})),
+        Err(e) => Err(e),
     }
 }

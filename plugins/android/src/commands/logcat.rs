@@ -5,9 +5,8 @@
 //! drops the connection, which ends logcat on the device. With `packageName` the
 //! app's pid comes from `pidof` and filters the log (`--pid`). Pid, buffers, tag
 //! and level filter on the device; `grep` and the `lines` cap apply here, so
-//! `lines` counts matching records. Clearing the log (`clear`) is a shell
-//! mutation in the contract and is not offered by this query (see
-//! docs/COMMAND_CONTRACT.md).
+//! `lines` counts matching records. `clear` first runs `logcat -c` through the
+//! managed shell worker (aab-protocols §2.3/§2.4).
 
 use aab_plugin_api::codes::INVALID_ARGUMENT;
 use aab_plugin_api::{Command, CommandSpec, Context, Invocation, ProviderError, Reply};
@@ -65,6 +64,7 @@ fn spec() -> CommandSpec {
                 "follow": {"type": "boolean", "description": "Stream new lines for durationSec instead of a dump"},
                 "durationSec": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_FOLLOW_SEC, "description": "Follow window in seconds (default 5, at most 60; also ends 1 s before the command deadline)"},
                 "deviceLogScope": {"type": "string", "enum": ["app", "device"], "description": "app (default with packageName): the app's log; device (default without): the whole device log"},
+                "clear": {"type": "boolean", "description": "First clear the log (logcat -c through the managed shell worker: a device mutation with its receipt in `cleared`)"},
                 "deviceLogBuffers": {"anyOf": [buffer.clone(), {"type": "array", "items": buffer, "minItems": 1, "maxItems": 10, "uniqueItems": true}], "description": "logcat buffers (-b); default main, system, crash"},
             })),
             &[],
@@ -95,6 +95,7 @@ pub struct LogcatArgs {
     pub duration_sec: Option<f64>,
     pub device_log_scope: Option<String>,
     pub device_log_buffers: Option<OneOrMany>,
+    pub clear: Option<bool>,
     pub adb: Option<String>,
     pub adb_timeout_ms: Option<u64>,
 }
@@ -272,11 +273,16 @@ impl Command for Logcat {
     fn spec() -> CommandSpec {
         spec()
     }
-    async fn run(_: &AndroidProvider, ctx: &Context<'_>, _: &Invocation, args: LogcatArgs) -> Result<Reply, ProviderError> {
+    async fn run(_: &AndroidProvider, ctx: &Context<'_>, inv: &Invocation, args: LogcatArgs) -> Result<Reply, ProviderError> {
         let plan = plan(&args)?;
         let budget = Budget::new(ctx, args.adb_timeout_ms);
         cancellable(ctx, async {
             let device = device(args.adb.as_deref(), args.serial.as_deref(), &budget).await?;
+            // `clear`: `logcat -c` as a shell-worker job before the read.
+            let cleared = match args.clear {
+                Some(true) => crate::shell_exec::command_action(ctx, &inv.action_id, &device, &budget, "logcat", None, &["logcat", "-c"]).await?.execution(),
+                _ => Value::Null,
+            };
             let pid = match (&args.package_name, plan.app_pid) {
                 (Some(pkg), true) => Some(app_pid(&device, pkg, budget.adb()).await?),
                 _ => args.pid,
@@ -329,6 +335,7 @@ impl Command for Logcat {
                 "unparsedLines": unparsed,
                 "records": records,
                 "text": text,
+                "cleared": cleared,
             }))
         })
         .await

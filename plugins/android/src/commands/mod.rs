@@ -31,6 +31,14 @@ mod tap_text;
 mod tree;
 mod ui_observation;
 mod wait_text;
+mod swipe;
+mod keyevent;
+mod hide_keyboard;
+mod launch;
+mod clear_app_data;
+mod freeze;
+mod permission_change;
+mod appops_set;
 
 /// Every Android command, in catalog order. One line per command: adding a command
 /// is a module with its spec, typed arguments and code, plus its line here.
@@ -55,6 +63,17 @@ pub fn list() -> Commands<AndroidProvider> {
         .add::<tap_text::TapText>()
         .add::<input_text::InputText>()
         .add::<native_gesture::NativeGesture>()
+        .add::<swipe::Swipe>()
+        .add::<keyevent::Keyevent>()
+        .add::<hide_keyboard::HideKeyboard>()
+        .add::<launch::LaunchApp>()
+        .add::<launch::LaunchActivity>()
+        .add::<clear_app_data::ClearAppData>()
+        .add::<freeze::FreezeApp>()
+        .add::<freeze::ThawApp>()
+        .add::<permission_change::PermissionGrant>()
+        .add::<permission_change::PermissionRevoke>()
+        .add::<appops_set::AppopsSet>()
 }
 
 #[derive(Deserialize)]
@@ -124,7 +143,7 @@ mod tests {
     fn the_manifest_passes_the_sdk_checks() {
         let specs: Vec<CommandSpec> = list().specs().cloned().collect();
         let names: Vec<&str> = specs.iter().map(|c| c.command.as_str()).collect();
-        assert_eq!(names, ["status", "tree", "screenshot", "logs", "state", "network", "events", "logcat", "keyboard-state", "permission-state", "wait-text", "ui-observation", "forward", "remove-forward", "tap", "tap-native", "tap-text", "input-text", "native-gesture"]);
+        assert_eq!(names, ["status", "tree", "screenshot", "logs", "state", "network", "events", "logcat", "keyboard-state", "permission-state", "wait-text", "ui-observation", "forward", "remove-forward", "tap", "tap-native", "tap-text", "input-text", "native-gesture", "swipe", "keyevent", "hide-keyboard", "launch-app", "launch-activity", "clear-app-data", "freeze-app", "thaw-app", "permission-grant", "permission-revoke", "appops-set"]);
         crate::manifest::manifest().commands(specs).check().unwrap();
     }
 }

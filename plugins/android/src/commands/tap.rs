@@ -62,8 +62,7 @@ impl Command for Tap {
     async fn run(_: &AndroidProvider, ctx: &Context<'_>, inv: &Invocation, args: TapArgs) -> Result<Reply, ProviderError> {
         let scope = args.scope.clone().unwrap_or_else(|| if args.package_name.is_some() { "app".into() } else { "device".into() });
         let Some(package) = args.package_name.clone().filter(|_| scope == "app") else {
-            // LEAD: wire to shell_exec::run_argv (`input tap X Y` through the worker, after the foreground check).
-            return Err(ProviderError::new(PROVIDER_UNAVAILABLE, "tap --scope device runs `input tap` through the shell worker, which is not wired in this build").with_field("scope").not_dispatched());
+            return cancellable(ctx, device_tap(ctx, inv, &args)).await.map(Reply::Json);
         };
         let app = App { package, serial: args.serial.clone(), port: args.port, adb: args.adb.clone(), adb_timeout_ms: args.adb_timeout_ms };
         cancellable(ctx, async {
@@ -77,4 +76,25 @@ impl Command for Tap {
         })
         .await
     }
+}
+
+/// Scope `device`: `input tap X Y` through the managed shell worker, after the
+/// foreground check when a package is named (the same proof the SDK path uses).
+async fn device_tap(ctx: &Context<'_>, inv: &Invocation, args: &TapArgs) -> Result<serde_json::Value, ProviderError> {
+    let budget = super::Budget::new(ctx, args.adb_timeout_ms);
+    let device = super::device(args.adb.as_deref(), args.serial.as_deref(), &budget).await?;
+    let foreground = crate::foreground::probe(&device, budget.adb()).await?;
+    let fg_package = foreground.as_ref().map(|f| f.window.package.clone());
+    if let Some(package) = &args.package_name
+        && fg_package.as_deref() != Some(package.as_str())
+    {
+        return Err(ProviderError::new(crate::native_exec::FOREGROUND_PACKAGE_MISMATCH, format!("{package} is not in the foreground (foreground: {})", fg_package.as_deref().unwrap_or("none")))
+            .with_details(json!({"packageName": package, "foregroundPackage": fg_package}))
+            .not_dispatched());
+    }
+    // `input tap` takes whole pixels.
+    let (x, y) = (args.tap_x.round() as i64, args.tap_y.round() as i64);
+    let (xs, ys) = (x.to_string(), y.to_string());
+    let run = crate::shell_exec::command_action(ctx, &inv.action_id, &device, &budget, "tap", args.package_name.as_deref(), &["input", "tap", &xs, &ys]).await?;
+    Ok(json!({"ok": true, "serial": device.serial, "scope": "device", "x": x, "y": y, "foreground": fg_package, "actionId": inv.action_id, "execution": run.execution()}))
 }

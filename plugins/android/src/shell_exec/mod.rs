@@ -14,12 +14,11 @@ use std::time::{Duration, Instant};
 
 use aab_plugin_api::host::Durability;
 use aab_plugin_api::{Context, ProviderError};
-use base64::Engine;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::adb::Deadline;
-use crate::adb::device::{Device, quote};
+use crate::adb::device::Device;
 use client::Reply;
 
 pub const SCHEMA: &str = "aab.android-shell-execution/v1";
@@ -38,6 +37,7 @@ const CANCEL_RESERVE: Duration = Duration::from_millis(1200);
 pub const RECORD_STREAM: &str = "android.actions";
 pub const RECORD_SCHEMA: &str = "aab.android-action-record/v1";
 
+#[allow(dead_code)] // every code the phone can answer, named for callers and tests
 pub mod codes {
     /// The phone rebooted (boot id changed) around the action.
     pub const SHELL_RUNTIME_CHANGED: &str = "shell_runtime_changed";
@@ -83,6 +83,7 @@ impl Job {
     }
 
     /// A job known only by its ids (reconcile: the record names them).
+    #[allow(dead_code)] // reconcile's; wired into the reconcile hook by lane NATIVE/the lead
     pub fn known(action_id: &str, job_id: &str, command_sha256: &str) -> Job {
         Job { action_id: action_id.to_string(), job_id: job_id.to_string(), command: String::new(), command_sha256: command_sha256.to_string() }
     }
@@ -132,7 +133,11 @@ impl ShellRun {
 
 /// Who asks: the command name and package the action record names.
 pub struct Action<'a> {
+    /// The device-side action id (the host action id, or `<host id>:<n>` for the
+    /// n-th job of one host action).
     pub action_id: &'a str,
+    /// The host action id: the key of the action record.
+    pub host_action_id: &'a str,
     pub command: &'a str,
     pub package: Option<&'a str>,
 }
@@ -272,7 +277,7 @@ pub fn record(action: &Action<'_>, serial: &str, job: &Job, runtime_epoch: &str)
 
 fn append_record(ctx: &Context<'_>, action: &Action<'_>, serial: &str, job: &Job, runtime_epoch: &str) -> Result<(), ProviderError> {
     let rec = record(action, serial, job, runtime_epoch);
-    ctx.facts().append(RECORD_STREAM, action.action_id, &rec, Durability::Sync).map(|_| ()).map_err(|e| e.not_dispatched())
+    ctx.facts().append(RECORD_STREAM, action.host_action_id, &rec, Durability::Sync).map(|_| ()).map_err(|e| e.not_dispatched())
 }
 
 /// Settle a shell action from the phone (the `device-ownership reconcile` branch
@@ -281,6 +286,7 @@ fn append_record(ctx: &Context<'_>, action: &Action<'_>, serial: &str, job: &Job
 /// (the cancelled receipt settles it as not dispatched), and otherwise stays
 /// `{status:"unsettled", reason}` — `shell_runtime_changed` after a reboot of an
 /// admitted job, `shell_action_running`, `shell_execution_not_found`.
+#[allow(dead_code)] // the shell branch of the reconcile hook (reconcile.rs, lane NATIVE)
 pub async fn reconcile(ctx: &Context<'_>, record: &Value) -> Result<Value, ProviderError> {
     let d = &record["device"];
     let (Some(action_id), Some(job_id), Some(epoch), Some(sha), Some(serial)) = (d["actionId"].as_str(), d["jobId"].as_str(), d["runtimeEpoch"].as_str(), d["commandSha256"].as_str(), record["serial"].as_str()) else {
@@ -294,6 +300,7 @@ pub async fn reconcile(ctx: &Context<'_>, record: &Value) -> Result<Value, Provi
     reconcile_job(&device, deadline, step, &job, epoch).await
 }
 
+#[allow(dead_code)]
 pub async fn reconcile_job(device: &Device, deadline: Deadline, step: Duration, job: &Job, epoch: &str) -> Result<Value, ProviderError> {
     let mut trips = Vec::new();
     let q = timed(&mut trips, "query", client::run(device, &scripts::query(job), deadline.capped(step))).await?;
@@ -320,11 +327,60 @@ pub async fn reconcile_job(device: &Device, deadline: Deadline, step: Duration, 
     Ok(json!({"status": "unsettled", "reason": "shell_action_running", "jobId": job.job_id}))
 }
 
-/// The phone-side path of a job's directory (tests and docs).
-pub fn job_dir(job_id: &str) -> String {
-    quote(&format!("{ROOT}/{job_id}"))
+/// A command's one shell action: [`run_argv`] under the invocation's action id; a
+/// nonzero exit of the Android tool is `shell_command_failed` (the tool refused and
+/// changed nothing: Android's `input`/`pm`/`appops`/`am` fail before acting).
+pub(crate) async fn command_action(ctx: &Context<'_>, action_id: &str, device: &Device, budget: &crate::commands::Budget, command: &str, package: Option<&str>, argv: &[&str]) -> Result<ShellRun, ProviderError> {
+    let (deadline, step) = (budget.deadline, budget.adb_step);
+    // `<host id>:<n>` names the n-th job of one host action; its record is the host id's.
+    let host_action_id = match action_id.rsplit_once(':') {
+        Some((host, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => action_id,
+    };
+    let action = Action { action_id, host_action_id, command, package };
+    let run = run_argv(ctx, device, deadline, step, &action, argv).await?;
+    if run.exit_code != 0 {
+        return Err(ProviderError::new(SHELL_COMMAND_FAILED, format!("`{}` exited with {}: {}", argv.join(" "), run.exit_code, run.stderr_text().trim()))
+            .with_details(json!({"exitCode": run.exit_code, "stdout": run.stdout_text(), "stderr": run.stderr_text(), "execution": run.execution()}))
+            // The tool ran and its receipt says how it ended: a known outcome.
+            .settled_after_dispatch());
+    }
+    Ok(run)
 }
 
-pub(crate) fn b64(bytes: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(bytes)
+/// The Android tool the worker ran exited nonzero.
+pub const SHELL_COMMAND_FAILED: &str = "shell_command_failed";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_sh_quotes_every_argument_and_is_capped() {
+        let job = Job::new("00000000-0000-4000-8000-000000000001", &["input", "text", "it's $HOME"]).unwrap();
+        assert_eq!(job.command, "exec 'input' 'text' 'it'\\''s $HOME'\n");
+        assert_eq!(job.job_id, "00000000-0000-4000-8000-000000000001", "a UUID action id is the job id");
+        assert_eq!(job.command_sha256, hex(&Sha256::digest(job.command.as_bytes())));
+        let big = "x".repeat(MAX_COMMAND_BYTES);
+        let e = Job::new("a", &["echo", &big]).unwrap_err();
+        assert_eq!((e.error.as_str(), e.dispatched), (codes::SHELL_COMMAND_TOO_LARGE, Some(false)));
+    }
+
+    #[test]
+    fn other_action_ids_map_to_a_stable_uuid() {
+        let a = job_id("op-1:action-2");
+        assert!(is_uuid(&a), "{a}");
+        assert_eq!(a, job_id("op-1:action-2"));
+        assert_ne!(a, job_id("op-1:action-3"));
+        assert!(!is_uuid("00000000-0000-4000-8000-00000000000G"));
+    }
+
+    #[test]
+    fn the_record_names_the_job() {
+        let job = Job::new("00000000-0000-4000-8000-000000000001", &["input", "keyevent", "4"]).unwrap();
+        let action = Action { action_id: &job.action_id, host_action_id: &job.action_id, command: "keyevent", package: None };
+        let r = record(&action, "emulator-5554", &job, "boot-1");
+        assert_eq!(r["device"], json!({"actionId": job.action_id, "jobId": job.job_id, "runtimeEpoch": "boot-1", "commandSha256": job.command_sha256}));
+        assert_eq!((r["kind"].clone(), r["schemaVersion"].clone(), r.get("packageName")), (json!("shell"), json!(RECORD_SCHEMA), None));
+    }
 }
