@@ -55,6 +55,14 @@ pub(crate) fn port(what: &str) -> Value {
     json!({"type": "integer", "minimum": 1, "maximum": 65535, "description": what})
 }
 
+/// A screen coordinate (`tapX`, `tapY`): number 0..2147483647.
+pub(crate) fn coordinate(what: &str) -> Value {
+    json!({"type": "number", "minimum": 0, "maximum": 2147483647, "description": what})
+}
+
+/// `serial` is required by Android mutations (the device-ownership journal is per serial).
+pub(crate) const MUTATION_REQUIRED: [&str; 2] = ["serial", "packageName"];
+
 /// The `native` Intent provider of an app on a device (aab-host §8): observe with
 /// `tree {controls:true}`, act with the managed SDK actions and key events, read
 /// the SDK capture streams. An action's `selector` (exactly one of text,
@@ -106,14 +114,14 @@ fn native_intent_provider(commands: &[String]) -> aab_plugin_api::protocol::Inte
         IntentAction::new(
             "longPress",
             "native-gesture",
-            gesture(json!({"action": "longPress", "durationMs": "${action.durationMs}"})),
-            schema("longPress", with_selector(json!({"durationMs": duration(500)})), &["selector", "durationMs"]),
+            gesture(json!({"action": "longPress", "durationMs": "${action.durationMs|=500}"})),
+            schema("longPress", with_selector(json!({"durationMs": duration(500)})), &["selector"]),
         ),
         IntentAction::new(
             "swipe",
             "native-gesture",
-            gesture(json!({"action": "swipe", "deltaX": "${action.deltaX}", "deltaY": "${action.deltaY}", "durationMs": "${action.durationMs}"})),
-            schema("swipe", with_selector(json!({"deltaX": delta("x"), "deltaY": delta("y"), "durationMs": duration(1)})), &["selector", "deltaX", "deltaY", "durationMs"]),
+            gesture(json!({"action": "swipe", "deltaX": "${action.deltaX}", "deltaY": "${action.deltaY}", "durationMs": "${action.durationMs|=400}"})),
+            schema("swipe", with_selector(json!({"deltaX": delta("x"), "deltaY": delta("y"), "durationMs": duration(1)})), &["selector", "deltaX", "deltaY"]),
         ),
         IntentAction::new(
             "scroll",
