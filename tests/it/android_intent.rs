@@ -304,3 +304,40 @@ fn android_script_signs_up() {
     export_and_verify(&w, "script", id);
     sim.shutdown();
 }
+
+#[test]
+fn android_intent_gestures_reach_the_phone_once_with_their_defaults() {
+    let w = World::new();
+    let mut sim = simulated(&w);
+    let op = "gestures";
+    let started = intent_ok(&w, "start", json!({"goal": "Exercise gestures", "target": target(&sim), "operationId": op}));
+    assert_eq!(started["revision"], json!(1));
+    // §8.5 bounds are the action schema's: refused before anything reaches the phone.
+    for (id, action, code, field) in [
+        ("short", json!({"action": "longPress", "selector": {"text": "Sign in to AAB Sample"}, "durationMs": 100}), "invalid_argument", "decision.action.durationMs"),
+        ("sideways", json!({"action": "scroll", "selector": {"text": "Sign in to AAB Sample"}, "direction": "left"}), "invalid_argument", "decision.action.direction"),
+        ("no-delta", json!({"action": "swipe", "selector": {"text": "Sign in to AAB Sample"}, "deltaX": 10}), "missing_argument", "decision.action.deltaY"),
+    ] {
+        let f = intent_rejected(&w, "decide", json!({"operationId": op, "decision": decision(id, 1, "act", Some(action))}), code);
+        assert_eq!(f["field"], json!(field), "{id}: {f}");
+    }
+    assert!(phone_actions(&w, &sim).is_empty());
+    let mut revision = 1;
+    let mut host_ids = Vec::new();
+    for (id, action) in [
+        ("press", json!({"action": "longPress", "selector": {"text": "Sign in to AAB Sample"}})),
+        ("scroll", json!({"action": "scroll", "selector": {"text": "Remember me"}, "direction": "down"})),
+        ("swipe", json!({"action": "swipe", "selector": {"contentDescription": "Email"}, "deltaX": -200, "deltaY": 0, "durationMs": 50})),
+    ] {
+        let snap = intent_ok(&w, "decide", json!({"operationId": op, "decision": decision(id, revision, "act", Some(action))}));
+        print_step(id, &snap);
+        assert_eq!((snap["status"].clone(), snap["lastAction"]["command"].clone()), (json!("waiting_for_decision"), json!("native-gesture")), "{snap}");
+        revision = snap["revision"].as_u64().unwrap();
+        host_ids.push(snap["lastAction"]["hostActionId"].clone());
+    }
+    let seen = control(&w, &sim, json!({"op": "actions"}));
+    let got: Vec<Value> = seen["actions"].as_array().unwrap().iter().map(|a| json!([a["kind"], a["data"]["action"], a["data"]["durationMs"], a["actionId"]])).collect();
+    assert_eq!(got, [json!(["gesture", "longPress", 500, host_ids[0]]), json!(["gesture", "scroll", 400, host_ids[1]]), json!(["gesture", "swipe", 50, host_ids[2]])]);
+    intent_ok(&w, "decide", json!({"operationId": op, "decision": decision("done", revision, "complete", None)}));
+    sim.shutdown();
+}
