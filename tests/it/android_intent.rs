@@ -341,3 +341,33 @@ fn android_intent_gestures_reach_the_phone_once_with_their_defaults() {
     intent_ok(&w, "decide", json!({"operationId": op, "decision": decision("done", revision, "complete", None)}));
     sim.shutdown();
 }
+
+#[test]
+fn android_intent_back_and_keyevent_when_the_build_has_keyevent() {
+    let w = World::new();
+    let mut sim = simulated(&w);
+    let op = "keys";
+    intent_ok(&w, "start", json!({"goal": "Open sign-up and go back", "target": target(&sim), "operationId": op}));
+    let opened = intent_ok(&w, "decide", json!({"operationId": op, "decision": decision("open", 1, "act", Some(tap("create_account")))}));
+    assert_eq!(opened["summary"]["page"]["activity"], json!(format!("{SAMPLE}.SignupActivity")));
+    let taps = phone_actions(&w, &sim).len();
+    // `back`/`keyevent` are declared only when the build offers the `keyevent` command.
+    let has_keyevent = w.env.aab(&["--help", "keyevent"]).exit() == 0;
+    if !has_keyevent {
+        let f = intent_rejected(&w, "decide", json!({"operationId": op, "decision": decision("back", 2, "act", Some(json!({"action": "back"})))}), "intent_action_unsupported");
+        assert_eq!(f["field"], json!("decision.action.action"), "{f}");
+        assert_eq!(phone_actions(&w, &sim).len(), taps, "nothing reached the phone");
+        sim.shutdown();
+        return;
+    }
+    let back = intent_ok(&w, "decide", json!({"operationId": op, "decision": decision("back", 2, "act", Some(json!({"action": "back"})))}));
+    print_step("back", &back);
+    assert_eq!((back["lastAction"]["command"].clone(), back["summary"]["page"]["activity"].clone()), (json!("keyevent"), json!(format!("{SAMPLE}.MainActivity"))), "{back}");
+    assert_eq!(app_state(&w, &sim, SAMPLE)["screen"], json!("login"));
+    let key = intent_ok(&w, "decide", json!({"operationId": op, "decision": decision("enter", 3, "act", Some(json!({"action": "keyevent", "keyCode": 66})))}));
+    assert_eq!(key["lastAction"]["dispatched"], json!(true));
+    let seen = control(&w, &sim, json!({"op": "actions"}));
+    let keys: Vec<Value> = seen["actions"].as_array().unwrap().iter().filter(|a| a["kind"] == json!("keyevent")).map(|a| a["data"]["keyCode"].clone()).collect();
+    assert_eq!(keys, [json!(4), json!(66)], "one BACK, one ENTER, nothing resent");
+    sim.shutdown();
+}
