@@ -46,7 +46,7 @@ fn android_tree_follows_the_simulated_screen() {
     let tree = w.ok("tree", json!({"packageName": SAMPLE, "compact": true}));
     assert_eq!(tree["activity"], truth["activity"], "{tree}");
     assert_eq!(tree["runtimeEpoch"], truth["runtimeEpoch"]);
-    assert_eq!(compact_ids(&tree), ["content", "title", "email", "password", "remember", "sign_in"]);
+    assert_eq!(compact_ids(&tree), ["content", "title", "email", "password", "remember", "sign_in", "create_account"]);
     let button = tree["nodes"].as_array().unwrap().iter().find(|n| n["id"] == json!("sign_in")).unwrap();
     assert_eq!(*button, json!({"nodeId": 6, "depth": 1, "parent": 1, "class": "Button", "id": "sign_in", "text": "Sign in", "bounds": [60, 920, 1020, 1060], "clickable": true}));
     assert_eq!(tree["nodeCount"].as_u64().unwrap() as usize, uiautomator_nodes(&w), "every view of the screen, as the stock dump sees it");

@@ -22,6 +22,7 @@ pub fn manifest() -> Manifest {
             .connection("adb", serde_json::json!({"type": "string", "minLength": 1, "maxLength": 4096, "description": "connection option of this platform"}))
             .connection("port", serde_json::json!({"type": "integer", "minimum": 1, "maximum": 65535})),
     ];
+    m.intent_providers = vec![native_intent_provider(&crate::commands::list().specs().map(|c| c.command.clone()).collect::<Vec<_>>())];
     m
 }
 
@@ -70,4 +71,104 @@ pub(crate) fn pixel(what: &str) -> Value {
 /// which is required and keys both the admission lane and the device journal.
 pub(crate) fn shell_mutation(command: &str, domain: &str, target_kind: &str, summary: &str) -> aab_plugin_api::CommandSpec {
     aab_plugin_api::CommandSpec::mutation(command).platform("android").domain(domain).target_kind(target_kind).summary(summary).target_key("serial").device_key("serial").timeouts(30_000, 120_000)
+}
+
+/// The `native` Intent provider of an app on a device (aab-host §8): observe with
+/// `tree {controls:true}`, act with the managed SDK actions and key events, read
+/// the SDK capture streams. An action's `selector` (exactly one of text,
+/// resourceName, contentDescription) is resolved by the host against the committed
+/// observation first, so a target the agent never saw is refused before dispatch.
+/// Only actions whose command this build offers are declared (`commands`).
+fn native_intent_provider(commands: &[String]) -> aab_plugin_api::protocol::IntentProvider {
+    use aab_plugin_api::protocol::{IntentAction, IntentCall, IntentProvider, IntentStream, IntentSummarize};
+    let with = |base: Value, extra: Value| {
+        let mut a = base;
+        if let (Value::Object(a), Value::Object(extra)) = (&mut a, extra) {
+            a.extend(extra);
+        }
+        a
+    };
+    let device = || json!({"serial": "${target.serial}", "adb": "${target.adb}"});
+    let app = |extra: Value| with(with(device(), json!({"packageName": "${target.packageName}", "port": "${target.port}"})), extra);
+    let text_value = |max: u64| json!({"type": "string", "minLength": 1, "maxLength": max});
+    let selector = json!({
+        "type": "object", "additionalProperties": false,
+        "description": "One control of the committed observation: exactly one of its text, resourceName (pkg:id/name) or contentDescription, matched exactly",
+        "properties": {"text": text_value(300), "resourceName": text_value(1024), "contentDescription": text_value(1024)},
+        "oneOf": [{"required": ["text"]}, {"required": ["resourceName"]}, {"required": ["contentDescription"]}]
+    });
+    let schema = |name: &str, extra: Value, required: &[&str]| {
+        let mut req = vec!["action"];
+        req.extend_from_slice(required);
+        json!({"type": "object", "additionalProperties": false, "properties": with(json!({"action": {"const": name}}), extra), "required": req})
+    };
+    let with_selector = |extra: Value| with(json!({"selector": selector.clone()}), extra);
+    let duration = |min: u64| json!({"type": "integer", "minimum": min, "maximum": 10000, "description": "Gesture length in ms"});
+    let delta = |axis: &str| json!({"type": "number", "minimum": -100000, "maximum": 100000, "description": format!("Pixels along {axis} from the control's centre")});
+    let gesture = |payload: Value| app(json!({"payload": with(json!({"selector": "${action.selector}"}), payload)}));
+    let actions = [
+        IntentAction::new("tap", "tap-native", app(json!({"selector": "${action.selector}"})), schema("tap", with_selector(json!({})), &["selector"])),
+        IntentAction::new("back", "keyevent", with(device(), json!({"keyCode": 4})), schema("back", json!({}), &[])),
+        IntentAction::new(
+            "keyevent",
+            "keyevent",
+            with(device(), json!({"keyCode": "${action.keyCode}"})),
+            schema("keyevent", json!({"keyCode": {"type": "integer", "minimum": 0, "maximum": 400, "description": "Android KeyEvent code (4 back, 66 enter, …)"}}), &["keyCode"]),
+        ),
+        IntentAction::new(
+            "inputText",
+            "input-text",
+            app(json!({"selector": "${action.selector}", "text": "${action.value}"})),
+            schema("inputText", with_selector(json!({"value": {"type": "string", "maxLength": 16384}})), &["selector", "value"]),
+        ),
+        IntentAction::new(
+            "longPress",
+            "native-gesture",
+            gesture(json!({"action": "longPress", "durationMs": "${action.durationMs|=500}"})),
+            schema("longPress", with_selector(json!({"durationMs": duration(500)})), &["selector"]),
+        ),
+        IntentAction::new(
+            "swipe",
+            "native-gesture",
+            gesture(json!({"action": "swipe", "deltaX": "${action.deltaX}", "deltaY": "${action.deltaY}", "durationMs": "${action.durationMs|=400}"})),
+            schema("swipe", with_selector(json!({"deltaX": delta("x"), "deltaY": delta("y"), "durationMs": duration(1)})), &["selector", "deltaX", "deltaY"]),
+        ),
+        IntentAction::new(
+            "scroll",
+            "native-gesture",
+            gesture(json!({"action": "scroll", "direction": "${action.direction}", "durationMs": "${action.durationMs|=400}"})),
+            schema("scroll", with_selector(json!({"direction": {"type": "string", "enum": ["up", "down"]}, "durationMs": duration(1)})), &["selector", "direction"]),
+        ),
+    ];
+    let summarize = IntentSummarize::new("/controls", "controlId")
+        .identity_fields(["controlId", "className", "resourceName", "text", "contentDescription", "bounds"])
+        .node_fields(["controlId", "role", "className", "text", "resourceName", "contentDescription", "bounds", "enabled", "clickable", "longClickable", "editable", "checked", "selected", "focused", "visible", "scrollable"])
+        .selector_fields([("text", "text"), ("resourceName", "resourceName"), ("contentDescription", "contentDescription")])
+        .page([("packageName", "/packageName"), ("activity", "/activity"), ("foreground", "/foreground"), ("runtimeEpoch", "/runtimeEpoch")])
+        .source_truncated("/controlsTruncated");
+    let target_schema = json!({
+        "type": "object", "additionalProperties": false,
+        "required": ["platform", "serial", "packageName"],
+        "properties": {
+            "platform": {"const": "android"},
+            "serial": {"type": "string", "pattern": SERIAL_PATTERN, "description": "adb serial of the device"},
+            "packageName": package_name(),
+            "adb": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "adb executable used only to start a server when none listens"},
+            "port": port("Host port of an existing or wanted adb forward to the SDK socket")
+        }
+    });
+    let observe = IntentCall::new("tree", app(json!({"controls": true, "maxControls": 300})));
+    let mut provider = IntentProvider::new("android", "native", target_schema, observe, summarize).default_for_platform();
+    for a in actions.into_iter().filter(|a| commands.contains(&a.command)) {
+        provider = provider.action(a);
+    }
+    for s in ["logs", "network", "state", "events"] {
+        provider = provider.stream(
+            IntentStream::new(s, s, app(json!({"sinceId": "${watermark}", "sinceMs": "${require.sinceMs}", "limit": "${require.limit}"})))
+                .watermark("/nextSinceId")
+                .coverage("/coverage/status")
+                .records("/items"),
+        );
+    }
+    provider
 }

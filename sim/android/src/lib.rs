@@ -28,6 +28,7 @@ mod redact;
 mod services;
 mod tools;
 mod uiautomator;
+mod validation;
 mod wire;
 
 use std::path::PathBuf;

@@ -301,6 +301,7 @@ impl App {
             effects.push(json!({ "focus": node.id }));
         }
         let Some(action) = node.on_tap.clone() else { return json!(effects) };
+        let action = self.validated(action, &mut effects);
         if action.toggle
             && let Some(id) = &node.id {
                 self.checked.insert(id.clone(), !node.checked);

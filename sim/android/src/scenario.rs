@@ -181,4 +181,11 @@ pub struct ActionSpec {
     pub event: Option<Value>,
     /// Toggle `checked`.
     pub toggle: bool,
+    /// Form validation (src/validation.rs): ids whose typed value must be non-empty…
+    pub require_values: Vec<String>,
+    /// …ids whose typed value must look like an email (`x@y.z`)…
+    pub require_email: Vec<String>,
+    /// …and checkable ids that must be checked; if any fails, `otherwise` runs instead.
+    pub require_checked: Vec<String>,
+    pub otherwise: Option<Box<ActionSpec>>,
 }

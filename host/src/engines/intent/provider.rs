@@ -31,9 +31,14 @@ impl<'a> Sources<'a> {
     }
 }
 
-/// `${a.b|c.d}`: the first alternative that has a value.
+/// `${a.b|c.d}`: the first alternative that has a value; an alternative `=JSON`
+/// is that literal (a default, e.g. `${action.durationMs|=400}`, for a field
+/// nested in an argument that must not be dropped when the action omits it).
 fn lookup(sources: &Sources<'_>, path: &str) -> Option<Value> {
-    path.split('|').find_map(|alt| lookup_one(sources, alt.trim()))
+    path.split('|').find_map(|alt| match alt.trim().strip_prefix('=') {
+        Some(literal) => serde_json::from_str(literal).ok(),
+        None => lookup_one(sources, alt.trim()),
+    })
 }
 
 fn lookup_one(sources: &Sources<'_>, path: &str) -> Option<Value> {
@@ -190,4 +195,20 @@ pub fn summarize(p: &IntentProvider, observation: &Value, raw_tree_id: &str, max
         if size(&build(mid)) <= max_bytes { lo = mid } else { hi = mid - 1 }
     }
     build(lo)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_literal_alternative_defaults_a_nested_field() {
+        let target = json!({"serial": "s"});
+        let given = json!({"durationMs": 900});
+        let template = json!({"payload": {"action": "scroll", "durationMs": "${action.durationMs|=400}"}, "serial": "${target.serial}", "adb": "${target.adb}"});
+        let omitted = json!({});
+        let with = |a: &Value| Value::Object(render(&template, &Sources { action: Some(a), ..Sources::new(&target) }));
+        assert_eq!(with(&given), json!({"payload": {"action": "scroll", "durationMs": 900}, "serial": "s"}));
+        assert_eq!(with(&omitted), json!({"payload": {"action": "scroll", "durationMs": 400}, "serial": "s"}));
+    }
 }

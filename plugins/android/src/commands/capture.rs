@@ -277,6 +277,8 @@ fn reply(stream: Stream, w: &Window, serial: String, runtime_epoch: String, c: C
     r.insert("limit".into(), json!(w.limit));
     r.insert("nextSinceId".into(), json!(c.next_since_id));
     r.insert("hasMore".into(), json!(c.has_more));
+    // Whether this read holds every record of its window (the Intent engine's coverage).
+    r.insert("coverage".into(), json!({"status": if c.has_more { "partial" } else { "complete" }}));
     r.insert("scanned".into(), json!(c.scanned));
     if stream == Stream::State {
         r.insert("values".into(), first.get("values").cloned().unwrap_or_else(|| json!({})));

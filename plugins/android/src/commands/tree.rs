@@ -2,6 +2,8 @@
 //! filtered node list. The SDK route takes no parameters, so filters, `visibleOnly`,
 //! `maxDepth` and `maxNodes` are applied here; the reply says how many matching
 //! nodes each limit dropped. Also the tree read and walk `wait-text` polls with.
+//! With `controls:true` it is the `native` Intent provider's observation instead:
+//! a flat, bounded list of the actionable nodes (see [`controls`]).
 
 use aab_plugin_api::{Command, CommandSpec, Context, Invocation, ProviderError, Reply};
 use serde::Deserialize;
@@ -22,7 +24,7 @@ fn spec() -> CommandSpec {
         .target_key("packageName")
         .lane("observation")
         .timeouts(10_000, 30_000)
-        .input_schema(object(
+        .input_schema(with_controls_rules(object(
             props(json!({
                 "packageName": package_name(),
                 "port": port("Host port of an existing or wanted adb forward to the SDK socket"),
@@ -32,10 +34,20 @@ fn spec() -> CommandSpec {
                 "classFilter": {"type": "string", "minLength": 1, "maxLength": 1024, "description": "Keep nodes whose class name contains this (case-insensitive)"},
                 "visibleOnly": {"type": "boolean", "description": "Keep only effectively visible nodes (default false)"},
                 "maxNodes": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "Return at most this many matching nodes (pre-order); the rest are counted in dropped.maxNodes"},
-                "maxDepth": {"type": "integer", "minimum": 0, "maximum": 200, "description": "Skip nodes deeper than this (root = 0); matching ones are counted in dropped.maxDepth"}
+                "maxDepth": {"type": "integer", "minimum": 0, "maximum": 200, "description": "Skip nodes deeper than this (root = 0); matching ones are counted in dropped.maxDepth"},
+                "controls": {"type": "boolean", "description": "Reply with the actionable controls instead of nodes (the native Intent observation): controlId c1.. per reply, text, resourceName, contentDescription, className, role, bounds, flags, plus activity and foreground window; bounded by maxControls and 48 KiB"},
+                "maxControls": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "With controls: at most this many controls (default 300); the rest are counted in controlsDropped"}
             })),
             &["packageName"],
-        ))
+        )))
+}
+
+/// `maxControls` needs `controls`; a controls reply has no node shaping.
+fn with_controls_rules(mut schema: Value) -> Value {
+    schema["dependentRequired"] = json!({"maxControls": ["controls"]});
+    schema["if"] = json!({"required": ["controls"], "properties": {"controls": {"const": true}}});
+    schema["then"] = json!({"properties": {"compact": false, "maxNodes": false, "maxDepth": false}});
+    schema
 }
 
 #[derive(Deserialize)]
@@ -55,6 +67,9 @@ pub struct TreeArgs {
     pub visible_only: bool,
     pub max_nodes: Option<usize>,
     pub max_depth: Option<usize>,
+    #[serde(default)]
+    pub controls: bool,
+    pub max_controls: Option<usize>,
 }
 
 pub struct Tree;
@@ -78,11 +93,15 @@ impl Command for Tree {
         };
         cancellable(ctx, async {
             let read = read(&app, &budget).await?;
-            let mut reply = select(&read.body, &selection);
+            let mut reply = if args.controls { controls(&read.body, &selection, args.max_controls.unwrap_or(DEFAULT_MAX_CONTROLS)) } else { select(&read.body, &selection) };
             reply["serial"] = json!(read.serial);
             reply["packageName"] = json!(args.package_name);
             reply["runtimeEpoch"] = json!(read.runtime_epoch);
             reply["filters"] = json!({"textFilter": args.text_filter, "resourceIdFilter": args.resource_id_filter, "classFilter": args.class_filter, "visibleOnly": args.visible_only, "maxNodes": args.max_nodes, "maxDepth": args.max_depth});
+            if args.controls {
+                let activity = reply["activity"].as_str().map(str::to_string);
+                reply["foreground"] = json!({"packageName": args.package_name, "activity": activity, "windowId": read.body.get("foregroundWindowId"), "warning": read.body.get("foregroundWarning")});
+            }
             Ok(reply)
         })
         .await
@@ -254,6 +273,108 @@ pub(crate) fn select(body: &Value, s: &Selection) -> Value {
     })
 }
 
+/// Default and byte budget of the controls list (the host's summary budget is
+/// 64 KiB of JSON; the list leaves room for the summary's own fields).
+const DEFAULT_MAX_CONTROLS: usize = 300;
+const CONTROLS_MAX_BYTES: usize = 48 * 1024;
+/// Texts longer than this are cut (the SDK already cuts `text` at 300).
+const CONTROL_TEXT_MAX: usize = 300;
+
+/// What kind of control a node is (aab-host §8.3 roles).
+fn role(n: &Value) -> &'static str {
+    let flag = |f: &str| n.get(f) == Some(&Value::Bool(true));
+    let class = n.get("className").and_then(Value::as_str).unwrap_or("");
+    if n.get("checked").is_some_and(Value::is_boolean) {
+        if class.ends_with("Switch") { "switch" } else if class.ends_with("RadioButton") { "radio" } else { "checkbox" }
+    } else if flag("editable") {
+        "input"
+    } else if class.ends_with("Button") && !class.ends_with("ImageButton") {
+        "button"
+    } else if class.ends_with("ImageView") || class.ends_with("ImageButton") {
+        "image"
+    } else if flag("clickable") || flag("longClickable") {
+        "clickable"
+    } else {
+        "text"
+    }
+}
+
+fn cut(s: &str) -> String {
+    s.chars().take(CONTROL_TEXT_MAX).collect()
+}
+
+/// One control: the node's identity fields and state, nothing else.
+fn control(n: &Value, id: usize) -> Value {
+    let text = |f: &str| n.get(f).and_then(Value::as_str).filter(|s| !s.is_empty()).map(cut);
+    let flag = |f: &str| n.get(f).and_then(Value::as_bool).unwrap_or(false);
+    let b = n.get("bounds");
+    let side = |k: &str| b.and_then(|b| b.get(k)).and_then(Value::as_i64).unwrap_or(0);
+    json!({
+        "controlId": format!("c{id}"), "nodeId": n.get("nodeId"), "role": role(n),
+        "text": text("text"), "resourceName": text("resourceName"), "contentDescription": text("contentDescription"),
+        "className": n.get("className"),
+        "bounds": {"left": side("left"), "top": side("top"), "right": side("right"), "bottom": side("bottom")},
+        "enabled": flag("enabled"), "clickable": flag("clickable"), "longClickable": flag("longClickable"), "editable": flag("editable"),
+        "checked": n.get("checked").filter(|c| c.is_boolean()), "selected": flag("selected"), "focused": flag("focused"), "visible": flag("visible"),
+        "scrollable": flag("scrollable"),
+    })
+}
+
+/// Whether a node is worth an agent's attention (§8.3): it carries text or a
+/// description, or it can be acted on.
+fn actionable(n: &Value) -> bool {
+    let has = |f: &str| n.get(f).and_then(Value::as_str).is_some_and(|s| !s.is_empty());
+    let flag = |f: &str| n.get(f) == Some(&Value::Bool(true));
+    has("text") || has("contentDescription") || flag("clickable") || flag("longClickable") || flag("editable") || flag("selected") || flag("scrollable") || n.get("checked").is_some_and(Value::is_boolean)
+}
+
+/// The `controls:true` reply: actionable nodes in pre-order (filters of
+/// `selection` apply), ids `c1..` in this reply only, at most `max` controls and
+/// [`CONTROLS_MAX_BYTES`] of JSON; what was cut is counted.
+pub(crate) fn controls(body: &Value, selection: &Selection, max: usize) -> Value {
+    let summaries: Vec<Value> = windows(body).into_iter().map(|(w, _)| w).collect();
+    let several = summaries.len() > 1;
+    let (mut list, mut seen, mut matched, mut bytes, mut by_count, mut by_bytes) = (Vec::new(), 0usize, 0usize, 0usize, 0usize, 0usize);
+    walk(body, |w, _, _, n| {
+        seen += 1;
+        if !actionable(n) || !selection.matches(n) {
+            return;
+        }
+        matched += 1;
+        if list.len() >= max {
+            by_count += 1;
+            return;
+        }
+        let mut c = control(n, list.len() + 1);
+        if several {
+            c["window"] = json!(w);
+        }
+        let size = serde_json::to_vec(&c).map(|v| v.len() + 1).unwrap_or(usize::MAX);
+        if by_bytes > 0 || bytes + size > CONTROLS_MAX_BYTES {
+            by_bytes += 1;
+            return;
+        }
+        bytes += size;
+        list.push(c);
+    });
+    json!({
+        "ok": true,
+        "activity": body.get("activity"),
+        "foregroundWindowId": body.get("foregroundWindowId"),
+        "foregroundWarning": body.get("foregroundWarning"),
+        "windowCount": summaries.len(),
+        "windows": summaries,
+        "nodeCount": body.get("nodeCount").and_then(Value::as_u64).unwrap_or(seen as u64),
+        "visited": seen,
+        "matched": matched,
+        "controlCount": list.len(),
+        "controlsTruncated": by_count + by_bytes > 0,
+        "controlsDropped": {"maxControls": by_count, "maxBytes": by_bytes},
+        "controls": list,
+        "updatedAtMs": body.get("updatedAtMs"),
+    })
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -356,5 +477,36 @@ pub(crate) mod tests {
         // A body without `windows` still has its root.
         b.as_object_mut().unwrap().remove("windows");
         assert_eq!(select(&b, &Selection::default())["returned"], json!(6));
+    }
+
+    #[test]
+    fn controls_are_the_actionable_nodes_with_identity_and_per_reply_ids() {
+        let r = controls(&body(), &Selection::default(), 300);
+        let list = r["controls"].as_array().unwrap();
+        // Layouts without text are not controls; hidden text still is (visible:false says so).
+        let texts: Vec<&str> = list.iter().map(|c| c["text"].as_str().unwrap()).collect();
+        assert_eq!(texts, ["Sign in", "Row 0", "Row 1", "Save"]);
+        let ids: Vec<&str> = list.iter().map(|c| c["controlId"].as_str().unwrap()).collect();
+        assert_eq!(ids, ["c1", "c2", "c3", "c4"]);
+        assert_eq!(list[3], json!({"controlId": "c4", "nodeId": 6, "role": "button", "text": "Save", "resourceName": "com.x.app:id/save", "contentDescription": null,
+            "className": "android.widget.Button", "bounds": {"left": 0, "top": 60, "right": 100, "bottom": 70}, "enabled": true, "clickable": true, "longClickable": false,
+            "editable": false, "checked": null, "selected": false, "focused": false, "visible": true, "scrollable": false}));
+        assert_eq!((r["visited"].clone(), r["matched"].clone(), r["controlsTruncated"].clone(), r["activity"].clone()), (json!(6), json!(4), json!(false), json!("com.x.app.MainActivity")));
+        let visible = controls(&body(), &Selection { visible_only: true, ..Default::default() }, 300);
+        assert_eq!(visible["controlCount"], json!(3));
+    }
+
+    #[test]
+    fn controls_are_bounded_by_count_and_bytes() {
+        let r = controls(&body(), &Selection::default(), 2);
+        assert_eq!((r["controlCount"].clone(), r["controlsTruncated"].clone(), r["controlsDropped"].clone()), (json!(2), json!(true), json!({"maxControls": 2, "maxBytes": 0})));
+        // 2000 long-text rows: the byte budget cuts the list, and says so.
+        let rows: Vec<Value> = (0..2000).map(|i| json!({"nodeId": i + 2, "className": "android.widget.TextView", "text": "x".repeat(400), "visible": true})).collect();
+        let big = json!({"ok": true, "root": {"nodeId": 1, "className": "android.widget.FrameLayout", "children": rows}});
+        let r = controls(&big, &Selection::default(), 1000);
+        let n = r["controlCount"].as_u64().unwrap();
+        assert!(n < 1000 && r["controlsDropped"]["maxBytes"].as_u64().unwrap() == 2000 - n, "{}", r["controlsDropped"]);
+        assert!(serde_json::to_vec(&r["controls"]).unwrap().len() <= CONTROLS_MAX_BYTES);
+        assert_eq!(r["controls"][0]["text"].as_str().unwrap().chars().count(), CONTROL_TEXT_MAX);
     }
 }

@@ -54,7 +54,7 @@ fn descriptor_forward_and_http_dialect() {
     assert_eq!(tr.as_object().unwrap().len(), 5);
     assert_eq!(tr["runtimeEpoch"], epoch);
     assert_eq!(tr["guard"].as_str().unwrap().len(), 64);
-    assert_eq!(tree["nodeCount"], 6);
+    assert_eq!(tree["nodeCount"], 7, "the login screen: title, two fields, checkbox, sign in, create account under the root");
     let (code, nf) = http(port, "GET", "/v1/nope", None);
     assert_eq!((code, nf), (404, json!({ "ok": false, "error": "not_found" })));
     // Capture streams: POST stores, GET pages with sinceId.
