@@ -9,6 +9,7 @@ mod android_tree;
 mod android_adbq;
 mod android_demo;
 mod android_matrix;
+mod android_scale;
 mod facts;
 mod foundation;
 mod hostile;
