@@ -13,12 +13,16 @@
 // until a command uses a function, the compiler would call it dead.
 #[allow(dead_code)]
 mod adb;
+mod action_record;
 mod commands;
 #[cfg(test)]
 mod device_tests;
 #[allow(dead_code)]
 mod foreground;
 mod manifest;
+mod native_exec;
+mod native_target;
+mod reconcile;
 #[cfg(test)]
 mod sim_tests;
 #[allow(dead_code)]
@@ -26,7 +30,7 @@ mod sdk;
 #[cfg(test)]
 mod test_support;
 
-use aab_plugin_api::{Commands, Manifest, Provider};
+use aab_plugin_api::{Commands, Context, Manifest, Provider, ProviderError};
 
 pub struct AndroidProvider;
 
@@ -37,6 +41,13 @@ impl Provider for AndroidProvider {
 
     fn commands(&self) -> Commands<Self> {
         commands::list()
+    }
+
+    async fn hook(&self, ctx: &Context<'_>, method: &str, request: serde_json::Value) -> Result<serde_json::Value, ProviderError> {
+        match method {
+            "reconcile" => reconcile::reconcile(ctx, request).await,
+            other => Err(ProviderError::new(aab_plugin_api::codes::UNSUPPORTED_PLUGIN_METHOD, format!("the android plugin does not implement `{other}`")).not_dispatched()),
+        }
     }
 }
 

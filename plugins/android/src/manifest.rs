@@ -53,3 +53,11 @@ pub(crate) fn package_name() -> Value {
 pub(crate) fn port(what: &str) -> Value {
     json!({"type": "integer", "minimum": 1, "maximum": 65535, "description": what})
 }
+
+/// A screen coordinate (`tapX`, `tapY`): number 0..2147483647.
+pub(crate) fn coordinate(what: &str) -> Value {
+    json!({"type": "number", "minimum": 0, "maximum": 2147483647, "description": what})
+}
+
+/// `serial` is required by Android mutations (the device-ownership journal is per serial).
+pub(crate) const MUTATION_REQUIRED: [&str; 2] = ["serial", "packageName"];

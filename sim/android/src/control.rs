@@ -57,6 +57,7 @@ pub async fn handle(devices: &[Arc<Device>], req: &Value) -> Value {
     let Some(dev) = dev.cloned() else { return err("no_device", "no such device") };
     let pkg = s(req, "package");
     match op {
+        "actions" => crate::sdk_actions::actions(&dev),
         "truth" => {
             let since = req.get("since").and_then(Value::as_u64).unwrap_or(0);
             let kind = s(req, "kind");

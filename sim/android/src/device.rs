@@ -192,6 +192,11 @@ impl Device {
         self.truth_changed.notify_waiters();
     }
 
+    /// The seq of the newest truth record.
+    pub fn truth_len(&self) -> u64 {
+        self.truth.lock().unwrap().len() as u64
+    }
+
     pub fn truth_since(&self, seq: u64) -> Vec<Value> {
         self.truth.lock().unwrap().iter().skip(seq as usize).cloned().collect()
     }

@@ -22,6 +22,13 @@ pub struct Faults {
     /// The next N `screencap` calls fail the way a broken one does: an error text
     /// on stdout (what `exec-out` delivers) instead of an image, exit code 1.
     pub screencap_not_png: u32,
+    /// The next N SDK action requests (tap, tap-target, input-text, input-target,
+    /// gesture-target) take effect, then the connection closes without a reply.
+    pub sdk_drop_action_replies: u32,
+    /// An admitted SDK action runs this long on the UI thread before its effect (not interruptible).
+    pub sdk_action_delay_ms: u64,
+    /// An admitted SDK action waits this long queued before its UI task starts (a stop ends it undispatched).
+    pub sdk_action_queue_ms: u64,
 }
 
 impl Faults {

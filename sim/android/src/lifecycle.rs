@@ -127,6 +127,7 @@ pub fn stop_process(dev: &Arc<Device>, idx: usize, reason: &str) {
     };
     if sdk {
         dev.unlisten(&format!("localabstract:aab-sdk-{}", p.epoch));
+        crate::sdk_actions::process_gone(&p.epoch);
     }
     let _ = std::fs::remove_dir_all(proc_path(dev, &p.pid.to_string()));
     write_net_unix(dev);

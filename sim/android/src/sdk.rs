@@ -127,14 +127,21 @@ async fn serve(dev: Arc<Device>, package: String, epoch: String, version: String
         return;
     };
     let (status, body) = match (req.method.as_str(), req.path.as_str()) {
-        ("POST", p) if p.starts_with("/v1/action/") => crate::sdk_actions::handle(&dev, &package, &epoch, &req.path, &req.body),
+        ("POST", p) if p.starts_with("/v1/action/") || p == "/v1/app/clear-data" => match crate::sdk_actions::handle(&dev, &package, &epoch, &req.path, &req.body).await {
+            Some(r) => r,
+            None => {
+                // The process died mid-action: the connection closes without a reply.
+                let _ = io.shutdown().await;
+                return;
+            }
+        },
         _ => route(&dev, &package, &epoch, &version, &req),
     };
     dev.record("sdk-request", json!({ "package": package, "runtimeEpoch": epoch, "method": req.method, "path": req.path, "status": status }));
     crate::hold::after_sdk(&dev, &req.path).await;
     let (delay, drop_reply) = {
         let mut f = dev.faults.lock().unwrap();
-        (f.sdk_delay_ms, crate::faults::Faults::take(&mut f.sdk_drop_replies))
+        (f.sdk_delay_ms, crate::faults::Faults::take(&mut f.sdk_drop_replies) || (crate::sdk_actions::is_action(&req.path) && crate::faults::Faults::take(&mut f.sdk_drop_action_replies)))
     };
     if delay > 0 {
         tokio::time::sleep(Duration::from_millis(delay)).await;
@@ -209,7 +216,7 @@ fn status(ph: &crate::phone::Phone, idx: usize, fg: bool, epoch: &str, version: 
             "name": "ai_app_bridge", "version": version, "transport": "localabstract", "runtimeEpoch": epoch,
             "nativeTargetSchema": "aab.native-target/v1", "nativeExecutionSchema": "aab.native-execution/v1",
             "h5ExecutionSchema": "aab.h5-execution/v1", "h5TargetSchema": "aab.android-h5-target/v1",
-            "h5Action": null, "nativeAction": null, "flutterAction": null,
+            "h5Action": null, "nativeAction": crate::sdk_actions::active_identity(epoch), "flutterAction": null,
             "captureTargetKey": app.package, "socketName": format!("aab-sdk-{epoch}"),
         },
         "app": { "packageName": app.package, "versionName": app.spec.version_name, "versionCode": app.spec.version_code.unwrap_or(1), "debuggable": app.debuggable() },

@@ -18,11 +18,16 @@ use crate::sdk::SdkTarget;
 
 mod capture;
 mod forward;
+mod input_text;
 mod keyboard_state;
 mod logcat;
+mod native_gesture;
 mod permission_state;
 mod screenshot;
 mod status;
+mod tap;
+mod tap_native;
+mod tap_text;
 mod tree;
 mod ui_observation;
 mod wait_text;
@@ -45,6 +50,11 @@ pub fn list() -> Commands<AndroidProvider> {
         .add::<ui_observation::UiObservation>()
         .add::<forward::Forward>()
         .add::<forward::RemoveForward>()
+        .add::<tap::Tap>()
+        .add::<tap_native::TapNative>()
+        .add::<tap_text::TapText>()
+        .add::<input_text::InputText>()
+        .add::<native_gesture::NativeGesture>()
 }
 
 #[derive(Deserialize)]
@@ -114,7 +124,7 @@ mod tests {
     fn the_manifest_passes_the_sdk_checks() {
         let specs: Vec<CommandSpec> = list().specs().cloned().collect();
         let names: Vec<&str> = specs.iter().map(|c| c.command.as_str()).collect();
-        assert_eq!(names, ["status", "tree", "screenshot", "logs", "state", "network", "events", "logcat", "keyboard-state", "permission-state", "wait-text", "ui-observation", "forward", "remove-forward"]);
+        assert_eq!(names, ["status", "tree", "screenshot", "logs", "state", "network", "events", "logcat", "keyboard-state", "permission-state", "wait-text", "ui-observation", "forward", "remove-forward", "tap", "tap-native", "tap-text", "input-text", "native-gesture"]);
         crate::manifest::manifest().commands(specs).check().unwrap();
     }
 }

@@ -8,6 +8,7 @@ mod apps;
 mod cli;
 mod control;
 mod hold;
+mod native_slot;
 mod sdk;
 mod support;
 mod userland;

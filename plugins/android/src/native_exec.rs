@@ -1,0 +1,288 @@
+//! The host side of the SDK's managed execution (`aab.native-execution/v1`,
+//! aab-protocols §1.6) for every Android action that goes through the app SDK:
+//! select the device, prove the app is in the foreground, read the SDK status
+//! (it must advertise the schema: `native_execution_unavailable` otherwise, no
+//! fallback), write the action record, mark the dispatch, POST once with the
+//! 4-key execution object carrying the remaining deadline, and classify the
+//! reply: the exact rejection shape → not dispatched; a settled receipt → the
+//! outcome with a compact settlement proof; anything else (lost, pending,
+//! invalid) → ONE cancel to the same endpoint that only a matching
+//! `executionResult` settles, otherwise the outcome is ambiguous and the host
+//! leaves the device unresolved. Nothing is ever resent.
+
+use std::time::Duration;
+
+use aab_plugin_api::{Context, Invocation, ProviderError};
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::adb::Deadline;
+use crate::commands::{Budget, device};
+use crate::sdk::{Route, SdkTarget, http};
+
+pub const SCHEMA: &str = "aab.native-execution/v1";
+pub const NATIVE_EXECUTION_UNAVAILABLE: &str = "native_execution_unavailable";
+pub const FOREGROUND_PACKAGE_MISMATCH: &str = "foreground_package_mismatch";
+/// The SDK's cleanup grace before a running action's pending reply.
+const GRACE: Duration = Duration::from_millis(1500);
+/// The one cancel after a lost or invalid reply.
+const CANCEL_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// The app an action targets and how to reach it.
+pub struct App {
+    pub package: String,
+    pub serial: Option<String>,
+    pub port: Option<u16>,
+    pub adb: Option<String>,
+    pub adb_timeout_ms: Option<u64>,
+}
+
+/// A verified route to the SDK of the foreground app, with its status.
+pub struct Session {
+    pub serial: String,
+    pub package: String,
+    pub route: Route,
+    pub epoch: String,
+    pub budget: Budget,
+    pub foreground: Value,
+}
+
+fn left(deadline: Deadline) -> Duration {
+    deadline.instant().saturating_duration_since(tokio::time::Instant::now())
+}
+
+/// Device, foreground (must be the app), SDK route and status with the schema.
+pub async fn open(ctx: &Context<'_>, app: &App) -> Result<Session, ProviderError> {
+    let budget = Budget::new(ctx, app.adb_timeout_ms);
+    let device = device(app.adb.as_deref(), app.serial.as_deref(), &budget).await?;
+    let serial = device.serial.clone();
+    let foreground = crate::foreground::probe(&device, budget.adb()).await?;
+    let fg_package = foreground.as_ref().map(|f| f.window.package.clone());
+    if fg_package.as_deref() != Some(app.package.as_str()) {
+        return Err(ProviderError::new(FOREGROUND_PACKAGE_MISMATCH, format!("{} is not in the foreground (foreground: {})", app.package, fg_package.as_deref().unwrap_or("none")))
+            .with_details(json!({"packageName": app.package, "foregroundPackage": fg_package}))
+            .not_dispatched());
+    }
+    let target = SdkTarget { device, package: app.package.clone(), port: app.port };
+    let route = target.route(budget.adb()).await?;
+    let status = http::request(route.forward.port, "GET", "/v1/status", None, budget.adb()).await.map_err(|e| e.not_dispatched())?.body;
+    let epoch = check_status(&app.package, &status)?;
+    Ok(Session { serial, package: app.package.clone(), route, epoch, budget, foreground: foreground.map(|f| json!({"package": f.window.package, "activity": f.window.activity, "pid": f.process.pid})).unwrap_or(Value::Null) })
+}
+
+/// The status must be ok, of this package, and advertise `aab.native-execution/v1`;
+/// returns the SDK's runtime epoch.
+pub fn check_status(package: &str, status: &Value) -> Result<String, ProviderError> {
+    if status.get("ok") != Some(&Value::Bool(true)) {
+        let code = status.get("error").and_then(Value::as_str).unwrap_or(http::BRIDGE_PROTOCOL_ERROR).to_string();
+        return Err(ProviderError::new(code, format!("the SDK of {package} refused the status read")).with_details(json!({"body": status})).not_dispatched());
+    }
+    if let Some(found) = status.pointer("/app/packageName").and_then(Value::as_str)
+        && found != package
+    {
+        return Err(ProviderError::new(crate::sdk::endpoint::codes::BRIDGE_PACKAGE_MISMATCH, format!("the SDK status belongs to {found:?}, not {package:?}")).not_dispatched());
+    }
+    if status.pointer("/debugBridge/nativeExecutionSchema").and_then(Value::as_str) != Some(SCHEMA) {
+        return Err(ProviderError::new(NATIVE_EXECUTION_UNAVAILABLE, format!("the SDK of {package} does not advertise {SCHEMA}; managed native actions are unavailable"))
+            .with_details(json!({"nativeExecutionSchema": status.pointer("/debugBridge/nativeExecutionSchema")}))
+            .not_dispatched());
+    }
+    match status.pointer("/debugBridge/runtimeEpoch").and_then(Value::as_str) {
+        Some(e) if crate::sdk::endpoint::is_runtime_epoch(e) => Ok(e.to_string()),
+        _ => Err(ProviderError::new(http::BRIDGE_PROTOCOL_ERROR, "the SDK status has no valid debugBridge.runtimeEpoch").not_dispatched()),
+    }
+}
+
+impl Session {
+    /// A fresh `GET /v1/view/tree` (a read: failures are not dispatched).
+    pub async fn tree(&self) -> Result<Value, ProviderError> {
+        let body = http::request(self.route.forward.port, "GET", "/v1/view/tree", None, self.budget.adb()).await.map_err(|e| e.not_dispatched())?.body;
+        if body.get("ok") != Some(&Value::Bool(true)) {
+            let code = body.get("error").and_then(Value::as_str).unwrap_or(http::BRIDGE_PROTOCOL_ERROR).to_string();
+            return Err(ProviderError::new(code, "the SDK could not read the view tree").with_details(json!({"body": body})).not_dispatched());
+        }
+        Ok(body)
+    }
+
+    /// Run one managed action: record, mark, POST once, classify (see the module doc).
+    /// `extra_ms` widens the HTTP wait for actions that take time (gestures).
+    pub async fn execute(&self, ctx: &Context<'_>, inv: &Invocation, command: &str, path: &str, mut body: Map<String, Value>, extra_ms: u64) -> Result<Value, ProviderError> {
+        let action_id = inv.action_id.clone();
+        // The SDK's timeout is the remaining deadline minus what the host needs
+        // after it: the SDK's grace and the one cancel.
+        let remaining = left(self.budget.deadline);
+        let reserve = GRACE + CANCEL_TIMEOUT + Duration::from_millis(500);
+        let timeout = if remaining > reserve * 2 { remaining - reserve } else { remaining / 2 };
+        let timeout_ms = (timeout.as_millis() as u64).clamp(1, 2_147_483_647);
+        let execution = json!({"schemaVersion": SCHEMA, "actionId": action_id, "runtimeEpoch": self.epoch, "timeoutMs": timeout_ms});
+        body.insert("actionId".into(), json!(action_id));
+        body.insert("execution".into(), execution.clone());
+        let device = json!({"actionId": action_id, "runtimeEpoch": self.epoch, "route": path, "port": self.route.forward.port, "socket": self.route.descriptor.socket_name});
+        let record = crate::action_record::record("native", command, &self.serial, Some(&self.package), device);
+        crate::action_record::append(ctx, &action_id, &record)?;
+        let wait = Deadline::after(Duration::from_millis(timeout_ms) + GRACE + Duration::from_millis(500 + extra_ms));
+        let http_deadline = if wait.instant() < self.budget.deadline.instant() { wait } else { self.budget.deadline };
+        let body = Value::Object(body);
+        ctx.mark_dispatched();
+        let reply = http::request(self.route.forward.port, "POST", path, Some(&body), http_deadline).await;
+        let first = match reply {
+            Ok(r) => match classify(&r.body, &action_id, &self.epoch) {
+                Reply::Rejected => {
+                    let code = r.body["error"].as_str().unwrap_or("native_action_rejected").to_string();
+                    let mut e = ProviderError::new(code, format!("the SDK refused the action before admission: {}", r.body["message"].as_str().unwrap_or("")))
+                        .with_details(json!({"actionId": action_id, "runtimeEpoch": self.epoch, "route": path, "device": r.body}))
+                        .not_dispatched();
+                    if let Some(f) = r.body.get("field").and_then(Value::as_str) {
+                        e = e.with_field(f);
+                    }
+                    return Err(e);
+                }
+                Reply::Settled => return self.settled(path, r.body, None),
+                Reply::Unknown => json!({"error": r.body.get("error").cloned().unwrap_or(Value::Null), "reply": r.body}),
+            },
+            // Nothing was written: the SDK never saw the action.
+            Err(e) if e.dispatched == Some(false) => return Err(e),
+            Err(e) => json!({"error": e.error, "message": e.message}),
+        };
+        // Lost, pending or invalid: ONE cancel with the same identity.
+        let cancel_body = json!({"actionId": action_id, "runtimeEpoch": self.epoch});
+        let answer = match http::request(self.route.forward.port, "POST", "/v1/action/cancel", Some(&cancel_body), Deadline::after(CANCEL_TIMEOUT)).await {
+            Ok(r) => r.body,
+            Err(e) => json!({"transportError": e.error, "message": e.message}),
+        };
+        if let Some(receipt) = matching_execution_result(&answer, &action_id, &self.epoch) {
+            return self.settled(path, receipt, Some(first));
+        }
+        let code = first["error"].as_str().filter(|c| !c.is_empty()).unwrap_or("native_action_unresolved").to_string();
+        Err(ProviderError::new(code, "the SDK's reply was lost or unsettled and its cancel returned no matching receipt: the action's outcome is unknown (device unresolved; run device-ownership reconcile)")
+            .with_details(json!({"actionId": action_id, "runtimeEpoch": self.epoch, "route": path, "ambiguous": true, "first": first, "cancel": answer})))
+    }
+
+    /// A settled receipt: success, or the SDK's failure with its dispatch fact.
+    fn settled(&self, path: &str, receipt: Value, recovered: Option<Value>) -> Result<Value, ProviderError> {
+        let proof = proof(&receipt);
+        let action_id = receipt["actionId"].clone();
+        if receipt["ok"] == true {
+            let mut out = json!({"ok": true, "serial": self.serial, "packageName": self.package, "actionId": action_id, "runtimeEpoch": self.epoch, "route": path, "foreground": self.foreground, "device": receipt, "proof": proof});
+            if let Some(first) = recovered {
+                out["recoveredBy"] = json!({"cancel": true, "first": first});
+            }
+            return Ok(out);
+        }
+        let code = receipt["error"].as_str().unwrap_or("native_action_failed").to_string();
+        let e = ProviderError::new(code, format!("the SDK settled the action as failed: {}", receipt["message"].as_str().unwrap_or("")))
+            .with_details(json!({"actionId": action_id, "runtimeEpoch": self.epoch, "route": path, "device": receipt, "proof": proof, "recoveredBy": recovered}));
+        let e = match receipt.get("field").and_then(Value::as_str) {
+            Some(f) => e.with_field(f),
+            None => e,
+        };
+        Err(if receipt["dispatched"] == false { e.not_dispatched() } else { e })
+    }
+}
+
+enum Reply {
+    Rejected,
+    Settled,
+    Unknown,
+}
+
+/// The exact pre-admission rejection `{ok:false, error, message, dispatched:false,
+/// ambiguous:false}` (optionally `field`), with no `execution` member.
+pub fn is_rejection(body: &Value) -> bool {
+    let Some(o) = body.as_object() else { return false };
+    o.keys().all(|k| ["ok", "error", "message", "dispatched", "ambiguous", "field"].contains(&k.as_str()))
+        && o.get("ok") == Some(&Value::Bool(false))
+        && o.get("error").and_then(Value::as_str).is_some_and(|e| !e.is_empty())
+        && o.get("message").is_some_and(Value::is_string)
+        && o.get("dispatched") == Some(&Value::Bool(false))
+        && o.get("ambiguous") == Some(&Value::Bool(false))
+}
+
+/// A terminal receipt of exactly this action (§1.6 invariants).
+pub fn is_settled_receipt(r: &Value, action_id: &str, epoch: &str) -> bool {
+    let exec = json!({"schemaVersion": SCHEMA, "actionId": action_id, "runtimeEpoch": epoch, "settled": true});
+    let ok = r.get("ok").and_then(Value::as_bool);
+    r.get("settled") == Some(&Value::Bool(true))
+        && r.get("actionId").and_then(Value::as_str) == Some(action_id)
+        && r.get("runtimeEpoch").and_then(Value::as_str) == Some(epoch)
+        && r.get("execution") == Some(&exec)
+        && ok.is_some()
+        && r.get("dispatched").is_some_and(Value::is_boolean)
+        && r.get("ambiguous").is_some_and(Value::is_boolean)
+        && (ok == Some(true) || r.get("error").and_then(Value::as_str).is_some_and(|e| !e.is_empty()))
+        && (ok == Some(false) || r.get("ambiguous") == Some(&Value::Bool(false)))
+}
+
+fn classify(body: &Value, action_id: &str, epoch: &str) -> Reply {
+    if is_rejection(body) {
+        Reply::Rejected
+    } else if is_settled_receipt(body, action_id, epoch) {
+        Reply::Settled
+    } else {
+        Reply::Unknown
+    }
+}
+
+/// The receipt inside a cancel answer `{ok:true, actionId, runtimeEpoch, executionResult}` of exactly this action.
+pub fn matching_execution_result(answer: &Value, action_id: &str, epoch: &str) -> Option<Value> {
+    let r = answer.get("executionResult")?;
+    (answer.get("ok") == Some(&Value::Bool(true))
+        && answer.get("actionId").and_then(Value::as_str) == Some(action_id)
+        && answer.get("runtimeEpoch").and_then(Value::as_str) == Some(epoch)
+        && is_settled_receipt(r, action_id, epoch))
+    .then(|| r.clone())
+}
+
+/// The compact settlement proof of a terminal receipt.
+pub fn proof(receipt: &Value) -> Value {
+    let sha = Sha256::digest(serde_json::to_vec(receipt).unwrap_or_default());
+    json!({
+        "kind": "native", "settled": true, "actionId": receipt["actionId"], "runtimeEpoch": receipt["runtimeEpoch"], "execution": receipt["execution"],
+        "dispatched": receipt["dispatched"], "ambiguous": receipt["ambiguous"], "error": receipt.get("error").cloned().unwrap_or(Value::Null),
+        "responseSha256": sha.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const E: &str = "1764633600000-0f8e6a52-1c2b-4e8f-9a3d-5b7c9d1e2f30";
+
+    fn receipt() -> Value {
+        json!({"ok": true, "dispatched": true, "ambiguous": false, "actionId": "A", "runtimeEpoch": E, "settled": true,
+               "execution": {"schemaVersion": SCHEMA, "actionId": "A", "runtimeEpoch": E, "settled": true}})
+    }
+
+    #[test]
+    fn only_the_exact_rejection_shape_proves_non_dispatch() {
+        let r = json!({"ok": false, "error": "native_action_busy", "message": "m", "dispatched": false, "ambiguous": false});
+        assert!(is_rejection(&r));
+        let mut with_exec = r.clone();
+        with_exec["execution"] = json!({});
+        assert!(!is_rejection(&with_exec));
+        assert!(!is_rejection(&json!({"ok": false, "error": "invalid_json"})));
+        let mut pending = r.clone();
+        pending["dispatched"] = Value::Null;
+        assert!(!is_rejection(&pending));
+    }
+
+    #[test]
+    fn settled_receipts_must_match_the_action() {
+        assert!(is_settled_receipt(&receipt(), "A", E));
+        assert!(!is_settled_receipt(&receipt(), "B", E));
+        let mut bad = receipt();
+        bad["ambiguous"] = json!(true);
+        assert!(!is_settled_receipt(&bad, "A", E));
+        let mut failed = receipt();
+        failed["ok"] = json!(false);
+        assert!(!is_settled_receipt(&failed, "A", E), "ok:false needs an error");
+        failed["error"] = json!("native_action_timeout");
+        assert!(is_settled_receipt(&failed, "A", E));
+        let answer = json!({"ok": true, "actionId": "A", "runtimeEpoch": E, "executionResult": receipt()});
+        assert!(matching_execution_result(&answer, "A", E).is_some());
+        assert!(matching_execution_result(&json!({"ok": false, "error": "native_action_not_active"}), "A", E).is_none());
+        let p = proof(&receipt());
+        assert_eq!((p["kind"].as_str(), p["responseSha256"].as_str().map(str::len)), (Some("native"), Some(64)));
+    }
+}

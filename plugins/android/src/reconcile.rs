@@ -1,0 +1,77 @@
+//! The `reconcile` hook (`device-ownership --operation reconcile`): the host
+//! hands over a pending action `{pending:{actionId, runtimeEpoch, command,
+//! plugin, target{serial}}, serial}`; the action record (written before the
+//! dispatch mark, [`crate::action_record`]) says where to ask. Native actions
+//! ask the SDK that ran them (`POST /v1/action/cancel {actionId,
+//! runtimeEpoch}`) and settle ONLY from a matching `executionResult`; anything
+//! else — not active, a new runtime (the SDK keeps its one receipt in memory),
+//! unreachable — stays unsettled with the reason and the device's answer.
+
+use std::time::Duration;
+
+use aab_plugin_api::{Context, ProviderError};
+use serde_json::{Value, json};
+
+use crate::adb::Deadline;
+use crate::commands::{Budget, device};
+use crate::native_exec::{matching_execution_result, proof};
+use crate::sdk::{SdkTarget, http};
+
+fn unsettled(reason: &str, answer: Value) -> Value {
+    json!({"status": "unsettled", "reason": reason, "answer": answer})
+}
+
+pub async fn reconcile(ctx: &Context<'_>, request: Value) -> Result<Value, ProviderError> {
+    let pending = &request["pending"];
+    let Some(action_id) = pending.get("actionId").and_then(Value::as_str) else {
+        return Err(ProviderError::new("invalid_argument", "reconcile needs pending.actionId").with_field("pending.actionId").not_dispatched());
+    };
+    let Some(record) = crate::action_record::lookup(ctx, action_id)? else { return Ok(unsettled("no_action_record", Value::Null)) };
+    let answer = match record["kind"].as_str() {
+        Some("native") => native(ctx, &record).await,
+        // LEAD: shell → crate::shell_exec::reconcile(ctx, &record)
+        _ => return Ok(unsettled("unsupported_action_kind", json!({"kind": record["kind"]}))),
+    };
+    Ok(match answer {
+        Ok((device, proof)) => json!({"status": "settled", "receipt": {"actionId": action_id, "runtimeEpoch": pending["runtimeEpoch"], "kind": "native", "device": device, "proof": proof}}),
+        Err(unsettled) => unsettled,
+    })
+}
+
+/// Ask the SDK for the receipt of the recorded native action.
+async fn native(ctx: &Context<'_>, record: &Value) -> Result<(Value, Value), Value> {
+    let (Some(serial), Some(package), Some(action_id), Some(epoch)) = (
+        record["serial"].as_str(),
+        record["packageName"].as_str(),
+        record.pointer("/device/actionId").and_then(Value::as_str),
+        record.pointer("/device/runtimeEpoch").and_then(Value::as_str),
+    ) else {
+        return Err(unsettled("action_record_invalid", record.clone()));
+    };
+    let budget = Budget::new(ctx, None);
+    let dev = device(None, Some(serial), &budget).await.map_err(|e| unsettled("device_unreachable", json!({"error": e.error, "message": e.message})))?;
+    let route = SdkTarget { device: dev, package: package.to_string(), port: None }
+        .route(budget.adb())
+        .await
+        .map_err(|e| unsettled("sdk_unreachable", json!({"error": e.error, "message": e.message})))?;
+    if route.descriptor.runtime_epoch != epoch {
+        // The SDK keeps its one terminal receipt in memory: a new process cannot answer.
+        return Err(unsettled("runtime_changed", json!({"recordedRuntimeEpoch": epoch, "currentRuntimeEpoch": route.descriptor.runtime_epoch})));
+    }
+    let body = json!({"actionId": action_id, "runtimeEpoch": epoch});
+    let deadline = budget.deadline.capped(Duration::from_secs(4));
+    let answer = match http::request(route.forward.port, "POST", "/v1/action/cancel", Some(&body), Deadline::at(deadline.instant().into_std())).await {
+        Ok(r) => r.body,
+        Err(e) => return Err(unsettled("sdk_unreachable", json!({"error": e.error, "message": e.message}))),
+    };
+    match matching_execution_result(&answer, action_id, epoch) {
+        Some(receipt) => {
+            let p = proof(&receipt);
+            Ok((receipt, p))
+        }
+        None => {
+            let reason = answer.get("error").and_then(Value::as_str).unwrap_or("no_matching_receipt").to_string();
+            Err(unsettled(&reason, answer))
+        }
+    }
+}
