@@ -32,17 +32,6 @@ fn simulated_many(w: &World, n: usize) -> aab_android_sim::Simulator {
     sim
 }
 
-/// Until the action commands are merged this module has nothing to drive: a build
-/// without `tap` says so instead of failing (removed once `tap` is on main).
-fn tap_is_advertised(w: &World) -> bool {
-    let run = w.env.aab(&["--help", "tap"]);
-    let known = run.exit() == 0 && w.env.json_of(&run)["ok"] != json!(false);
-    if !known {
-        eprintln!("android_scale: `tap` is not advertised by this build; nothing to test yet");
-    }
-    known
-}
-
 /// An app-scope tap whose x coordinate identifies the action (client and sequence).
 fn tap(serial: &str, x: i64) -> Value {
     json!({"serial": serial, "packageName": SAMPLE, "scope": "app", "tapX": x, "tapY": TAP_Y})
@@ -134,9 +123,6 @@ fn check_once_in_order(w: &World, sim: &aab_android_sim::Simulator, issued: &BTr
 #[test]
 fn android_four_phones_three_clients_every_action_once_in_order_and_no_phone_waits() {
     let w = World::new();
-    if !tap_is_advertised(&w) {
-        return;
-    }
     let mut sim = simulated_many(&w, 4);
     let serials: Vec<String> = sim.devices.iter().map(|d| d.serial.clone()).collect();
     w.env.expect_ok(&w.env.aab(&["runtime", "--operation", "start"]), "runtime start");
@@ -173,9 +159,6 @@ fn android_four_phones_three_clients_every_action_once_in_order_and_no_phone_wai
 #[test]
 fn android_a_second_runtime_is_refused_a_phone_held_mid_action_and_the_first_runs_its_queue_in_order() {
     let w = World::new();
-    if !tap_is_advertised(&w) {
-        return;
-    }
     let mut sim = simulated_many(&w, 2);
     let serials: Vec<String> = sim.devices.iter().map(|d| d.serial.clone()).collect();
     let serial = serials[0].clone();
