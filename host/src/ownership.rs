@@ -68,6 +68,28 @@ impl Journal {
     pub fn is_unresolved(&self) -> bool {
         self.pending.is_some() || !self.reservations.is_empty() || self.phase == "unresolved"
     }
+
+    /// The pending action's owner stopped before the provider's dispatch mark and
+    /// before any outcome was recorded: nothing reached the device, so the record
+    /// can be settled as not dispatched (only once the owner's lock is free).
+    pub fn pending_never_dispatched(&self) -> bool {
+        self.reservations.is_empty()
+            && self.phase == "owned"
+            && self.pending.as_ref().is_some_and(|p| p.get("dispatchMark").and_then(Value::as_str) == Some(MARK_PENDING) && p.get("unresolved").is_none())
+    }
+
+    /// Settle a never-dispatched pending action (see [`Journal::pending_never_dispatched`]).
+    fn settle_undispatched(&mut self) {
+        let pending = self.pending.take().unwrap_or(Value::Null);
+        let pending_id = pending.get("id").and_then(Value::as_str).unwrap_or_default().to_string();
+        self.last_settlement = Some(settlement(
+            &pending,
+            &pending_id,
+            json!({"source": "dispatch-mark", "dispatched": false, "reason": "the owning runtime stopped before the provider's dispatch mark"}),
+        ));
+        self.phase = "idle".into();
+        self.owner = None;
+    }
 }
 
 /// The ownership directory.
@@ -79,10 +101,27 @@ pub struct Ownership {
 /// A device whose lock this process holds for one mutation.
 pub struct ActionGuard {
     _lock: OwnerLock,
-    path: PathBuf,
-    journal: Journal,
+    state: std::sync::Arc<std::sync::Mutex<GuardState>>,
     pending_id: String,
 }
+
+/// The journal of a held device, shared by the guard and its dispatch marker.
+struct GuardState {
+    path: PathBuf,
+    journal: Journal,
+}
+
+/// Records the provider's dispatch mark in the journal (durably, before the first
+/// effect), so a runtime killed before it can prove nothing reached the device.
+#[derive(Clone)]
+pub struct DispatchMarker {
+    state: std::sync::Arc<std::sync::Mutex<GuardState>>,
+}
+
+/// `pending.dispatchMark` before the provider's mark: the action has not reached
+/// the device. Journals without the field (older writers) never claim that.
+const MARK_PENDING: &str = "pending";
+const MARK_DONE: &str = "marked";
 
 /// A device locked exclusively for reconciliation.
 pub struct ReconcileGuard {
@@ -188,24 +227,36 @@ impl Ownership {
     pub fn begin(&self, serial: &str, mut pending: Map<String, Value>) -> Result<ActionGuard, CommandError> {
         let (lock, path) = self.lock(serial)?;
         let mut journal = read_journal(&path, serial)?.unwrap_or_else(|| Journal::fresh(serial));
+        if journal.pending_never_dispatched() {
+            journal.settle_undispatched();
+        }
         if journal.is_unresolved() {
             return Err(unresolved_error(serial, &journal));
         }
         let pending_id = crate::ids::uuid_v4();
         pending.insert("id".into(), Value::String(pending_id.clone()));
         pending.insert("preparedAtMs".into(), json!(crate::ids::now_ms()));
+        pending.insert("dispatchMark".into(), json!(MARK_PENDING));
         journal.phase = "owned".into();
         journal.owner = Some(json!({"id": crate::ids::uuid_v4(), "pid": std::process::id(), "acquiredAtMs": crate::ids::now_ms()}));
         journal.pending = Some(Value::Object(pending));
         write_journal(&path, &journal)?;
-        Ok(ActionGuard { _lock: lock, path, journal, pending_id })
+        Ok(ActionGuard { _lock: lock, state: std::sync::Arc::new(std::sync::Mutex::new(GuardState { path, journal })), pending_id })
     }
 
     pub fn status(&self, serial: &str) -> Result<Value, CommandError> {
         let (lock_path, journal_path) = self.paths(serial);
         let journal = read_journal(&journal_path, serial)?;
         let active = lock_path.exists() && !lock::is_free(&lock_path).unwrap_or(false);
-        let phase = journal.as_ref().map(|j| if j.is_unresolved() && !active { "unresolved".to_string() } else { j.phase.clone() }).unwrap_or_else(|| "idle".into());
+        let phase = journal
+            .as_ref()
+            .map(|j| match () {
+                // The owner died before dispatch: the next action or reconcile settles it.
+                _ if !active && j.pending_never_dispatched() => "idle".to_string(),
+                _ if j.is_unresolved() && !active => "unresolved".to_string(),
+                _ => j.phase.clone(),
+            })
+            .unwrap_or_else(|| "idle".into());
         Ok(json!({
             "ok": true,
             "command": "device-ownership",
@@ -220,7 +271,11 @@ impl Ownership {
     /// Take the device exclusively to reconcile it.
     pub fn begin_reconcile(&self, serial: &str) -> Result<ReconcileGuard, CommandError> {
         let (lock, path) = self.lock(serial)?;
-        let journal = read_journal(&path, serial)?.unwrap_or_else(|| Journal::fresh(serial));
+        let mut journal = read_journal(&path, serial)?.unwrap_or_else(|| Journal::fresh(serial));
+        if journal.pending_never_dispatched() {
+            journal.settle_undispatched();
+            write_journal(&path, &journal)?;
+        }
         Ok(ReconcileGuard { _lock: lock, path, journal })
     }
 
@@ -252,23 +307,54 @@ impl ActionGuard {
         &self.pending_id
     }
 
+    /// The marker the provider's dispatch mark writes through.
+    pub fn dispatch_marker(&self) -> DispatchMarker {
+        DispatchMarker { state: self.state.clone() }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, GuardState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The outcome is known: clear the pending action into `lastSettlement`.
-    pub fn settle(mut self, proof: Value) -> Result<(), CommandError> {
-        let pending = self.journal.pending.take().unwrap_or(Value::Null);
-        self.journal.last_settlement = Some(settlement(&pending, &self.pending_id, proof));
-        self.journal.phase = "idle".into();
-        self.journal.owner = None;
-        write_journal(&self.path, &self.journal)
+    pub fn settle(self, proof: Value) -> Result<(), CommandError> {
+        let mut st = self.state();
+        let pending = st.journal.pending.take().unwrap_or(Value::Null);
+        st.journal.last_settlement = Some(settlement(&pending, &self.pending_id, proof));
+        st.journal.phase = "idle".into();
+        st.journal.owner = None;
+        write_journal(&st.path, &st.journal)
     }
 
     /// The outcome is unknown: keep the pending action and block the device.
-    pub fn leave_unresolved(mut self, reason: Value) -> Result<(), CommandError> {
-        if let Some(Value::Object(p)) = &mut self.journal.pending {
+    pub fn leave_unresolved(self, reason: Value) -> Result<(), CommandError> {
+        let mut st = self.state();
+        if let Some(Value::Object(p)) = &mut st.journal.pending {
             p.insert("unresolved".into(), json!({"atMs": crate::ids::now_ms(), "reason": reason}));
         }
-        self.journal.phase = "unresolved".into();
-        self.journal.owner = None;
-        write_journal(&self.path, &self.journal)
+        st.journal.phase = "unresolved".into();
+        st.journal.owner = None;
+        write_journal(&st.path, &st.journal)
+    }
+}
+
+impl DispatchMarker {
+    /// Record the dispatch mark. When the journal cannot be written the pending
+    /// record stays `pending`-marked in memory only; the write failure is logged and
+    /// the device is treated as dispatched from here on (the safe direction: a later
+    /// failure leaves it unresolved rather than idle).
+    pub fn mark(&self) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(Value::Object(p)) = &mut st.journal.pending else { return };
+        if p.get("dispatchMark").and_then(Value::as_str) != Some(MARK_PENDING) {
+            return;
+        }
+        p.insert("dispatchMark".into(), json!(MARK_DONE));
+        p.insert("dispatchMarkedAtMs".into(), json!(crate::ids::now_ms()));
+        let (path, journal) = (st.path.clone(), st.journal.clone());
+        if let Err(e) = write_journal(&path, &journal) {
+            tracing::error!("dispatch mark not persisted in {}: {e}", path.display());
+        }
     }
 }
 
@@ -294,5 +380,49 @@ impl ReconcileGuard {
         self.journal.owner = None;
         write_journal(&self.path, &self.journal)?;
         Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending() -> Map<String, Value> {
+        let mut p = Map::new();
+        p.insert("actionId".into(), json!("a1"));
+        p
+    }
+
+    /// A guard dropped without an outcome is what a killed owner leaves behind.
+    #[test]
+    fn an_owner_gone_before_its_mark_leaves_the_device_idle_and_after_it_unresolved() {
+        let dir = tempfile::tempdir().unwrap();
+        let own = Ownership::new(dir.path().to_path_buf());
+
+        drop(own.begin("s1", pending()).unwrap());
+        assert_eq!(own.status("s1").unwrap()["phase"], "idle");
+        let again = own.begin("s1", pending()).expect("a never-dispatched action does not block the device");
+        let st = again.state.lock().unwrap().journal.last_settlement.clone().unwrap();
+        assert_eq!(st["proof"]["source"], "dispatch-mark");
+        drop(again);
+
+        let guard = own.begin("s2", pending()).unwrap();
+        guard.dispatch_marker().mark();
+        drop(guard);
+        assert_eq!(own.status("s2").unwrap()["phase"], "unresolved");
+        assert_eq!(own.begin("s2", pending()).err().map(|e| e.code), Some("device_ownership_unresolved".to_string()));
+
+        // A journal written by an older runtime (no `dispatchMark`) is never assumed undispatched.
+        let guard = own.begin("s3", pending()).unwrap();
+        {
+            let mut st = guard.state.lock().unwrap();
+            if let Some(Value::Object(p)) = &mut st.journal.pending {
+                p.remove("dispatchMark");
+            }
+            let (path, journal) = (st.path.clone(), st.journal.clone());
+            write_journal(&path, &journal).unwrap();
+        }
+        drop(guard);
+        assert_eq!(own.status("s3").unwrap()["phase"], "unresolved");
     }
 }

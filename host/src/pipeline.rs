@@ -326,6 +326,10 @@ impl ExecutionHost {
                 }
             }
         };
+        let on_dispatch: Option<loader::DispatchHook> = guard.as_ref().map(|g| {
+            let marker = g.dispatch_marker();
+            std::sync::Arc::new(move || marker.mark()) as loader::DispatchHook
+        });
         let outcome = invoke_plugin(PluginCall {
             module,
             plugin: &plugin,
@@ -340,6 +344,7 @@ impl ExecutionHost {
             timeout,
             deadline,
             cancel: cancel.clone(),
+            on_dispatch,
         })
         .await;
         if let Some(guard) = guard {
@@ -558,6 +563,8 @@ pub struct PluginCall<'a> {
     pub runtime_id: &'a str,
     pub facts: Facts,
     pub data_root: std::path::PathBuf,
+    /// Runs at the plugin's first dispatch mark (the ownership journal's durable mark).
+    pub on_dispatch: Option<loader::DispatchHook>,
     pub action_id: String,
     pub request_id: Option<String>,
     /// The command's configured timeout (the deadline may already be shorter
@@ -601,12 +608,23 @@ fn host_service(plugin: String, runtime_id: String, facts: Facts, data_root: std
     }
 }
 
-fn callbacks(plugin: &str, runtime_id: &str, facts: Facts, data_root: std::path::PathBuf, deadline: Instant, cancelled: Arc<AtomicBool>, dispatched: Arc<AtomicBool>) -> aab_plugin_api::abi::HostCallbacksRef {
+#[allow(clippy::too_many_arguments)]
+fn callbacks(
+    plugin: &str,
+    runtime_id: &str,
+    facts: Facts,
+    data_root: std::path::PathBuf,
+    deadline: Instant,
+    cancelled: Arc<AtomicBool>,
+    dispatched: Arc<AtomicBool>,
+    on_dispatch: Option<loader::DispatchHook>,
+) -> aab_plugin_api::abi::HostCallbacksRef {
     let log_name = plugin.to_string();
     loader::host_callbacks(CallState {
         deadline,
         cancelled,
         dispatched,
+        on_dispatch,
         logger: Box::new(move |level, message| plugin_log(&log_name, level, message)),
         service: Box::new(host_service(plugin.to_string(), runtime_id.to_string(), facts, data_root)),
     })
@@ -637,7 +655,7 @@ pub async fn call_hook(
     data_root: std::path::PathBuf,
 ) -> Result<Value, CommandError> {
     let flag = Arc::new(AtomicBool::new(false));
-    let host = callbacks(plugin, runtime_id, facts, data_root, deadline, flag.clone(), Arc::new(AtomicBool::new(false)));
+    let host = callbacks(plugin, runtime_id, facts, data_root, deadline, flag.clone(), Arc::new(AtomicBool::new(false)), None);
     let method = method.to_string();
     let body = request.to_string();
     let handle = tokio::task::spawn_blocking(move || module.call(&method, &body, &host));
@@ -661,7 +679,7 @@ pub async fn call_hook(
 pub async fn invoke_plugin(call: PluginCall<'_>) -> ExecOutcome {
     let dispatched = Arc::new(AtomicBool::new(false));
     let cancelled_flag = Arc::new(AtomicBool::new(false));
-    let host = callbacks(call.plugin, call.runtime_id, call.facts.clone(), call.data_root.clone(), call.deadline, cancelled_flag.clone(), dispatched.clone());
+    let host = callbacks(call.plugin, call.runtime_id, call.facts.clone(), call.data_root.clone(), call.deadline, cancelled_flag.clone(), dispatched.clone(), call.on_dispatch);
     let timeout_ms = call.timeout.as_millis() as u64;
     // Host execution options travel as invocation fields, not as arguments, so a
     // provider's typed arguments can refuse unknown fields.

@@ -102,6 +102,8 @@ impl LoadedModule {
 
 /// Receives plugin log lines (level, message).
 pub type LogSink = Box<dyn Fn(u8, &str) + Send + Sync>;
+/// Called once, at the first dispatch mark of a call.
+pub type DispatchHook = Arc<dyn Fn() + Send + Sync>;
 /// The generic JSON host service: (method, params JSON) → result JSON or error JSON.
 pub type HostService = Box<dyn Fn(&str, &str) -> Result<String, String> + Send + Sync>;
 
@@ -118,6 +120,9 @@ pub struct CallState {
     pub deadline: Instant,
     pub cancelled: Arc<AtomicBool>,
     pub dispatched: Arc<AtomicBool>,
+    /// Runs synchronously inside `mark_dispatched`, before the plugin's first effect
+    /// (the runtime makes a device action's mark durable here).
+    pub on_dispatch: Option<DispatchHook>,
     pub logger: LogSink,
     pub service: HostService,
 }
@@ -130,7 +135,11 @@ impl HostCallbacks for CallState {
         remaining_ms_until(self.deadline)
     }
     fn mark_dispatched(&self) {
-        self.dispatched.store(true, Ordering::SeqCst)
+        if !self.dispatched.swap(true, Ordering::SeqCst)
+            && let Some(hook) = &self.on_dispatch
+        {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook()));
+        }
     }
     fn log(&self, level: u8, message: RStr<'_>) {
         // Never unwind across the vtable shim.

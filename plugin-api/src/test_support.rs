@@ -165,6 +165,7 @@ impl TestPlugin {
             deadline: Instant::now() + timeout,
             cancelled,
             dispatched,
+            on_dispatch: None,
             logger: Box::new(move |level, message| log_host.logs.lock().unwrap_or_else(|p| p.into_inner()).push((level, message.to_string()))),
             service: Box::new(move |method, params| service_host.service(method, params)),
         })

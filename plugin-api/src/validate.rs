@@ -257,6 +257,11 @@ impl Mapper<'_> {
                 let owner = self.keyword_owner(error);
                 let mut details = None;
                 let message = match (kind, owner) {
+                    // A property a schema rules out (`"x": false`), e.g. one of two
+                    // exclusive arguments under `dependentSchemas`.
+                    (ValidationErrorKind::FalseSchema, _) if !field.is_empty() => {
+                        format!("`{field}` cannot be given together with the other arguments of this call")
+                    }
                     (ValidationErrorKind::Not { .. } | ValidationErrorKind::PropertyNames { .. } | ValidationErrorKind::FalseSchema, _) | (_, None) => {
                         format!("`{field}` is invalid: {error}")
                     }

@@ -159,8 +159,10 @@ fn android_wait_text_sees_a_timed_transition_and_times_out_with_its_last_check()
 
     // Argument rules: a condition is needed; absence-only waits name the provider;
     // label lists are JSON arrays (a comma string is not split).
-    w.fails("wait-text", json!({"packageName": SAMPLE}), "invalid_argument");
-    let facts = w.fails("wait-text", json!({"packageName": SAMPLE, "absentText": ["Loading"]}), "invalid_argument");
+    // (the schema says both; the host refuses before any device access)
+    let facts = w.fails("wait-text", json!({"packageName": SAMPLE}), "invalid_argument");
+    assert!(facts["message"].as_str().is_some_and(|m| m.contains("targetText")), "names a condition: {facts}");
+    let facts = w.fails("wait-text", json!({"packageName": SAMPLE, "absentText": ["Loading"]}), "missing_argument");
     assert_eq!(facts["field"], json!("provider"), "{facts}");
     w.fails("wait-text", json!({"packageName": SAMPLE, "requireText": "Sign in,Sign out"}), "invalid_argument");
     w.fails("wait-text", json!({"packageName": SAMPLE, "targetText": "x", "timeoutSec": 1}), "unsupported_argument");

@@ -447,6 +447,56 @@ fn sigkill_mid_action_leaves_the_device_unresolved_until_reconciled() {
     expect_mutation_ok(&env, serial, "a mutation after reconciliation");
 }
 
+/// `kill -9` of the runtime before and after the provider's dispatch mark: the
+/// journal holds the mark durably, so a runtime killed before it leaves the device
+/// idle (the pending action is settled as never dispatched), and one killed after
+/// it leaves the device unresolved.
+#[test]
+fn sigkill_before_the_dispatch_mark_is_idle_and_after_it_unresolved() {
+    let env = TestEnv::new();
+    env.install_fixtures();
+    let serial = "dev-mark";
+    runtime_start(&env);
+
+    // Before the mark: the plugin waits 40 s before marking; kill the runtime meanwhile.
+    let run = thread::scope(|s| {
+        let h = s.spawn(|| env.aab(&["fixture-sleep", "--duration-ms", "0", "--mark-after-ms", "40000", "--device", serial, "--timeout-ms", "60000"]));
+        let j = wait_for_pending(&env, serial);
+        assert_eq!(j.pointer("/pending/dispatchMark"), Some(&json!("pending")), "before the mark: {j}");
+        env.kill_runtime();
+        h.join().unwrap()
+    });
+    let body = env.json_of(&run);
+    env.check(body.pointer("/execution/ok") == Some(&json!(false)), &run, "the killed runtime's client does not report success");
+    let status = expect_phase(&env, serial, "idle");
+    assert!(status.pointer("/ownership/pending").is_some_and(|p| !p.is_null()), "the record is still on disk until settled: {status}");
+    let run = reconcile(&env, serial);
+    let body = env.expect_ok(&run, "reconcile after a kill before the mark");
+    env.check(body.pointer("/value/settlement/proof/source") == Some(&json!("dispatch-mark")), &run, "settled as never dispatched");
+    expect_mutation_ok(&env, serial, "a mutation after a kill before the mark");
+
+    // After the mark: the plugin marks, then sleeps 40 s; the mark is on disk first.
+    runtime_start(&env);
+    let run = thread::scope(|s| {
+        let h = s.spawn(|| env.aab(&["fixture-sleep", "--duration-ms", "40000", "--dispatch-first", "true", "--device", serial, "--timeout-ms", "60000"]));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let j = journal(&env, serial);
+            if j.as_ref().and_then(|j| j.pointer("/pending/dispatchMark")) == Some(&json!("marked")) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the dispatch mark never reached the journal: {j:?}\n{}", env.report(None));
+            thread::sleep(Duration::from_millis(5));
+        }
+        env.kill_runtime();
+        h.join().unwrap()
+    });
+    let body = env.json_of(&run);
+    env.check(error_facts(&body).get("ambiguous") == Some(&json!(true)), &run, "a kill after the mark is ambiguous for the client");
+    expect_phase(&env, serial, "unresolved");
+    expect_mutation_refused(&env, serial, "k1", "device_ownership_unresolved", "a mutation after a kill after the mark");
+}
+
 /// While an action runs, its device is owned: `status` says so, `reconcile` (from
 /// this or a second runtime) is refused with `target_busy` and settles nothing, and a
 /// mutation from a second runtime process is refused before dispatch.
@@ -484,8 +534,10 @@ fn a_running_action_owns_its_device_against_reconcile_and_other_processes() {
 
 /// SIGKILL while the pending record is written and the plugin runs, before
 /// (`dispatch_first:false`) or just after (`true`) the dispatch mark: the journal keeps
-/// the pending action across the restart, nothing replays it (no receipt, the lane of
-/// the new runtime never ran), and reconcile without a receipt keeps it blocked.
+/// the pending action across the restart and nothing replays it (no receipt, the lane
+/// of the new runtime never ran). Killed after the mark, reconcile without a receipt
+/// keeps the device blocked; killed before it, the device is idle and reconcile
+/// settles the record as never dispatched.
 fn sigkill_keeps_pending_and_never_replays(dispatch_first: bool) {
     let env = TestEnv::new();
     env.install_fixtures();
@@ -536,7 +588,8 @@ fn sigkill_keeps_pending_and_never_replays(dispatch_first: bool) {
     // A new runtime starts and nothing replays the action.
     runtime_start(&env);
     assert_ne!(env.runtime_pid(), Some(old_pid), "a new runtime\n{}", env.report(None));
-    let status = expect_phase(&env, serial, "unresolved");
+    // Before the mark nothing reached the device: idle. After it: unresolved.
+    let status = expect_phase(&env, serial, if dispatch_first { "unresolved" } else { "idle" });
     assert_eq!(status.get("ownership").and_then(pending_action_id).as_deref(), Some(action.as_str()), "{status}");
     // Wait past the moment a replay of the original sleep would have written its receipt.
     let settle = Duration::from_millis(DURATION_MS + 1000);
@@ -547,9 +600,21 @@ fn sigkill_keeps_pending_and_never_replays(dispatch_first: bool) {
     assert_eq!(lane_seq_probe(&env, lane), 1, "the new runtime must never have run the action's lane\n{}", env.report(None));
     assert_eq!(journal(&env, serial).as_ref().and_then(pending_action_id).as_deref(), Some(action.as_str()));
 
-    expect_mutation_refused(&env, serial, "blocked", "device_ownership_unresolved", "a mutation after the SIGKILL");
-    expect_reconcile_refused(&env, serial, "reconcile without a receipt after SIGKILL");
-    expect_phase(&env, serial, "unresolved");
+    if dispatch_first {
+        expect_mutation_refused(&env, serial, "blocked", "device_ownership_unresolved", "a mutation after the SIGKILL");
+        expect_reconcile_refused(&env, serial, "reconcile without a receipt after SIGKILL");
+        expect_phase(&env, serial, "unresolved");
+    } else {
+        // Reconcile settles the never-dispatched action from its missing mark.
+        let run = reconcile(&env, serial);
+        let body = env.expect_ok(&run, "reconcile of an action killed before its mark");
+        env.check(body.pointer("/value/phase") == Some(&json!("idle")), &run, "phase idle");
+        env.check(
+            body.pointer("/value/settlement/proof/source") == Some(&json!("dispatch-mark")),
+            &run,
+            "settled by the missing dispatch mark",
+        );
+    }
     assert!(!receipts.join(format!("{action}.json")).exists(), "reconcile must never replay the action\n{}", env.report(None));
 }
 

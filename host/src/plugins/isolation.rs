@@ -405,7 +405,14 @@ impl ChildPlugin {
         loop {
             match rx.recv_timeout(POLL) {
                 Ok(Event::Frame(frame)) => match frame.get("t").and_then(Value::as_str) {
-                    Some("mark") => host.mark_dispatched(),
+                    Some("mark") => {
+                        // The host persists the mark before it answers, so the child's
+                        // effect cannot precede the durable mark.
+                        host.mark_dispatched();
+                        if !frame["rid"].is_null() {
+                            let _ = connection.send(&json!({"t": "reply", "id": id, "rid": frame["rid"], "ok": "{}"}));
+                        }
+                    }
                     Some("log") => {
                         let level = frame.get("level").and_then(Value::as_u64).unwrap_or(3) as u8;
                         host.log(level, RStr::from_str(frame.get("message").and_then(Value::as_str).unwrap_or_default()));
@@ -567,7 +574,13 @@ impl HostCallbacks for ChildCallbacks {
         aab_plugin_api::loader::remaining_ms_until(self.deadline)
     }
     fn mark_dispatched(&self) {
-        emit(&self.out, &json!({"t": "mark", "id": self.id}));
+        // A round trip: the runtime records the mark (durably, for device actions)
+        // before the plugin goes on to its first effect.
+        let rid = self.next_rid.fetch_add(1, Ordering::SeqCst);
+        let (tx, rx) = mpsc::channel();
+        self.replies.lock().unwrap_or_else(|p| p.into_inner()).insert((self.id, rid), tx);
+        emit(&self.out, &json!({"t": "mark", "id": self.id, "rid": rid}));
+        let _ = rx.recv();
     }
     fn log(&self, level: u8, message: RStr<'_>) {
         emit(&self.out, &json!({"t": "log", "id": self.id, "level": level, "message": message.as_str()}));

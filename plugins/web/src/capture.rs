@@ -394,6 +394,7 @@ mod tests {
             deadline: Instant::now() + Duration::from_secs(10),
             cancelled: Arc::new(AtomicBool::new(false)),
             dispatched: Arc::new(AtomicBool::new(false)),
+            on_dispatch: None,
             logger: Box::new(|_, _| {}),
             service: Box::new(move |method, params| {
                 let p: Value = serde_json::from_str(params).unwrap();

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use aab_plugin_api::{Command, CommandSpec, Context, Invocation, ProviderError, Reply};
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::{Budget, cancellable, device};
@@ -40,14 +40,20 @@ fn spec() -> CommandSpec {
         .target_key("serial")
         .lane("observation")
         .timeouts(15_000, 60_000)
-        .input_schema(object(
+        .input_schema(exclusive_targets(object(
             props(json!({
                 "packageName": package_name(),
                 "outFile": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "PNG file to write (relative to the caller's working directory); replaced atomically if it exists; its directory must exist"},
-                "artifactDir": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "Directory for a new, uniquely named PNG (created if missing). Default without outFile/artifactDir: <system temp dir>/aab-screenshots"},
+                "artifactDir": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "Directory for a new, uniquely named PNG (created if missing; not with outFile). Default without outFile/artifactDir: <system temp dir>/aab-screenshots"},
             })),
             &[],
-        ))
+        )))
+}
+
+/// outFile and artifactDir exclude each other: the host refuses both at once.
+fn exclusive_targets(mut schema: Value) -> Value {
+    schema["dependentSchemas"] = json!({"outFile": {"properties": {"artifactDir": false}}});
+    schema
 }
 
 #[derive(Deserialize)]
@@ -155,8 +161,8 @@ fn write_failed(field: Option<&str>, path: &Path, e: impl std::fmt::Display) -> 
 impl Target {
     fn of(args: &ScreenshotArgs, cwd: &Path) -> Result<Target, ProviderError> {
         match (&args.out_file, &args.artifact_dir) {
-            (Some(_), Some(_)) => Err(ProviderError::new(aab_plugin_api::codes::INVALID_ARGUMENT, "give outFile or artifactDir, not both").with_field("outFile").not_dispatched()),
-            (Some(f), None) => {
+            // Both at once is refused by the schema (dependentSchemas).
+            (Some(f), _) => {
                 let path = resolve(cwd, f);
                 if f.ends_with('/') || path.is_dir() {
                     return Err(write_failed(Some("outFile"), &path, "it is a directory (use artifactDir for a directory)"));
@@ -269,8 +275,11 @@ mod tests {
         assert_eq!(Target::of(&args(Some(abs.to_str().unwrap()), None), cwd).unwrap(), Target::File(abs.clone()));
         assert_eq!(Target::of(&args(None, Some("shots")), cwd).unwrap(), Target::Dir(cwd.join("shots"), Some("artifactDir")));
         assert_eq!(Target::of(&args(None, None), cwd).unwrap(), Target::Dir(std::env::temp_dir().join(DEFAULT_DIR), None));
-        let e = Target::of(&args(Some("a.png"), Some("d")), cwd).unwrap_err();
-        assert_eq!((e.error.as_str(), e.field.as_deref()), ("invalid_argument", Some("outFile")));
+        // Both at once never reaches here: the schema refuses the pair.
+        let schema = aab_plugin_api::validate::input_schema_with_host_options(&spec());
+        let validator = aab_plugin_api::validate::compile(&schema).unwrap();
+        let e = aab_plugin_api::validate::validate_arguments("screenshot", &validator, &schema, &json!({"outFile": "a.png", "artifactDir": "d"})).unwrap_err();
+        assert_eq!((e.field.as_deref(), e.dispatched), (Some("artifactDir"), Some(false)), "{e:?}");
         let e = Target::of(&args(Some("no/such/dir/x.png"), None), cwd).unwrap_err();
         assert_eq!((e.error.as_str(), e.field.as_deref()), (SCREENSHOT_WRITE_FAILED, Some("outFile")));
         let e = Target::of(&args(Some("."), None), cwd).unwrap_err();

@@ -23,7 +23,7 @@ pub const OBSERVATION_UNAVAILABLE: &str = "observation_unavailable";
 const DEFAULT_INTERVAL_MS: u64 = 500;
 
 fn labels_schema(what: &str) -> Value {
-    json!({"type": "array", "maxItems": 64, "items": {"type": "string", "minLength": 1, "maxLength": 1024}, "description": what})
+    json!({"type": "array", "minItems": 1, "maxItems": 64, "items": {"type": "string", "minLength": 1, "maxLength": 1024}, "description": what})
 }
 
 fn spec() -> CommandSpec {
@@ -38,19 +38,38 @@ fn spec() -> CommandSpec {
         // Its own lane: a long wait must not hold up tree/status reads of the same app.
         .lane("wait")
         .timeouts(10_000, 60_000)
-        .input_schema(object(
+        .input_schema(conditions(object(
             props(json!({
                 "packageName": package_name(),
                 "port": port("Host port of an existing or wanted adb forward to the SDK socket"),
                 "provider": {"type": "string", "enum": ["auto", "native"], "description": "Tree provider: native (the SDK's view tree); auto = native here. Required (native) for waits with only absentText/requireActivity"},
                 "targetText": {"type": "string", "minLength": 1, "maxLength": 1024, "description": "A label that must be present"},
-                "requireText": labels_schema("Labels that must all be present (≤64)"),
-                "absentText": labels_schema("Labels that must all be absent (≤64)"),
+                "requireText": labels_schema("Labels that must all be present (1–64)"),
+                "absentText": labels_schema("Labels that must all be absent (1–64)"),
                 "requireActivity": {"type": "string", "minLength": 1, "maxLength": 1024, "description": "Full class name of the Activity that must be in the foreground"},
                 "intervalMs": {"type": "integer", "minimum": 10, "maximum": 60000, "description": "Pause between reads (default 500)"}
             })),
             &["packageName"],
-        ))
+        )))
+}
+
+/// The rules between arguments, in the schema so the host refuses them before any
+/// device access: at least one condition, and a wait with no label to find (only
+/// absence or an Activity) names its provider (`native`) explicitly.
+fn conditions(mut schema: Value) -> Value {
+    let any = |names: &[&str]| Value::Array(names.iter().map(|n| json!({"required": [n]})).collect());
+    if let Value::Object(m) = &mut schema {
+        m.insert("anyOf".into(), any(&["targetText", "requireText", "absentText", "requireActivity"]));
+        m.insert(
+            "if".into(),
+            json!({"not": {"anyOf": any(&["targetText", "requireText"])}, "anyOf": any(&["absentText", "requireActivity"])}),
+        );
+        m.insert(
+            "then".into(),
+            json!({"required": ["provider"], "properties": {"provider": {"const": "native", "description": "a wait for absence or an Activity only names its provider: native"}}}),
+        );
+    }
+    schema
 }
 
 #[derive(Deserialize)]
@@ -61,6 +80,8 @@ pub struct WaitTextArgs {
     pub port: Option<u16>,
     pub adb: Option<String>,
     pub adb_timeout_ms: Option<u64>,
+    /// Checked by the schema; the SDK's native tree is the only provider here.
+    #[allow(dead_code)]
     pub provider: Option<String>,
     pub target_text: Option<String>,
     #[serde(default)]
@@ -119,18 +140,6 @@ pub(crate) fn check(body: &Value, args: &WaitTextArgs) -> Check {
     Check { present, missing, unexpected, activity, activity_matched }
 }
 
-/// The argument rules the schema cannot say.
-fn validate(args: &WaitTextArgs) -> Result<(), ProviderError> {
-    let positive = args.target_text.is_some() || !args.require_text.is_empty();
-    if !positive && args.absent_text.is_empty() && args.require_activity.is_none() {
-        return Err(ProviderError::new(codes::INVALID_ARGUMENT, "wait-text needs at least one condition: targetText, requireText, absentText or requireActivity").not_dispatched());
-    }
-    if !positive && args.provider.as_deref() != Some("native") {
-        return Err(ProviderError::new(codes::INVALID_ARGUMENT, "a wait for absence or an Activity only needs an explicit provider (native)").with_field("provider").not_dispatched());
-    }
-    Ok(())
-}
-
 pub struct WaitText;
 impl Command for WaitText {
     type Provider = AndroidProvider;
@@ -139,7 +148,6 @@ impl Command for WaitText {
         spec()
     }
     async fn run(_: &AndroidProvider, ctx: &Context<'_>, _: &Invocation, args: WaitTextArgs) -> Result<Reply, ProviderError> {
-        validate(&args)?;
         let app = AppArgs { package_name: args.package_name.clone(), serial: args.serial.clone(), port: args.port, adb: args.adb.clone(), adb_timeout_ms: args.adb_timeout_ms };
         let interval = Duration::from_millis(args.interval_ms.unwrap_or(DEFAULT_INTERVAL_MS));
         // Give up a little before the host's deadline so the reply can carry the last check.
@@ -225,11 +233,22 @@ mod tests {
 
     #[test]
     fn conditions_are_required_and_absence_only_waits_name_the_provider() {
-        assert_eq!(validate(&args(json!({}))).unwrap_err().error, codes::INVALID_ARGUMENT);
-        let e = validate(&args(json!({"absentText": ["Loading"]}))).unwrap_err();
-        assert_eq!(e.field.as_deref(), Some("provider"));
-        assert!(validate(&args(json!({"absentText": ["Loading"], "provider": "native"}))).is_ok());
-        assert!(validate(&args(json!({"requireActivity": "a.B", "provider": "auto"}))).is_err());
-        assert!(validate(&args(json!({"targetText": "Save"}))).is_ok());
+        // The host's own validator with this command's schema decides.
+        let schema = aab_plugin_api::validate::input_schema_with_host_options(&spec());
+        let validator = aab_plugin_api::validate::compile(&schema).unwrap();
+        let check = |extra: Value| {
+            let mut a = json!({"packageName": "com.x.app"});
+            a.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            aab_plugin_api::validate::validate_arguments("wait-text", &validator, &schema, &a)
+        };
+        let e = check(json!({})).unwrap_err();
+        assert_eq!(e.dispatched, Some(false), "{e:?}");
+        let e = check(json!({"absentText": ["Loading"]})).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("provider"), "{e:?}");
+        assert!(check(json!({"absentText": ["Loading"], "provider": "native"})).is_ok());
+        let e = check(json!({"requireActivity": "a.B", "provider": "auto"})).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("provider"), "{e:?}");
+        assert!(check(json!({"targetText": "Save"})).is_ok());
+        assert!(check(json!({"requireText": []})).is_err(), "an empty label list is no condition");
     }
 }
