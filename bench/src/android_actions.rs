@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{Mcp, PKG, World, skip, stats};
+use super::{Mcp, PKG, World, port_protocol_shell, skip, stats};
 
 /// Taps land below the form's controls: recorded, no screen change.
 const TAP: (i64, i64) = (540, 1300);
@@ -103,6 +103,7 @@ pub fn run_actions(w: &World, calls: usize, rows: &mut Vec<Value>, aab: &mut Mcp
             Ok(())
         })?;
         stats(rows, "aab tap, app scope (SDK action + receipt) via MCP", samples, None);
+        breakdown(w, calls, rows, aab)?;
 
         let args: Vec<String> = ["tap", "--package-name", PKG, "--serial", &serial, "--scope", "app", "--tap-x", &x.to_string(), "--tap-y", &y.to_string()].iter().map(|s| s.to_string()).collect();
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -172,5 +173,34 @@ pub fn run_actions(w: &World, calls: usize, rows: &mut Vec<Value>, aab: &mut Mcp
         let samples = measure((calls / 2).max(10), |_| m.tool("mobile_launch_app", json!({"device": serial, "packageName": PKG})).map(drop), |_| truth.once(w, "mobile-mcp launch app", "launch", launched))?;
         stats(rows, "mobile-mcp mobile_launch_app (adb shell monkey -p)", samples, None);
     }
+    Ok(())
+}
+
+/// Where an SDK tap's time goes, measured piece by piece on the same phone: the SDK
+/// sequence alone (`status`: descriptor, forward check, `GET /v1/status`), the device
+/// services of the foreground check a tap adds before dispatch (over the adb port
+/// protocol, as the plugin opens them), and one durable journal write of the kind the
+/// host makes around every mutation (pending, dispatch mark, settlement).
+fn breakdown(w: &World, calls: usize, rows: &mut Vec<Value>, aab: &mut Mcp) -> Result<(), String> {
+    let samples = measure(calls, |_| run(aab, "status", json!({"packageName": PKG, "serial": w.serial})).map(drop), |_| Ok(()))?;
+    stats(rows, "  of which: aab status via MCP (SDK sequence, no action)", samples, None);
+    let state = w.control(json!({"op": "state"}))?;
+    let pid = state["apps"].as_array().and_then(|a| a.iter().find(|a| a["package"] == json!(PKG))).and_then(|a| a["pid"].as_u64()).ok_or("no app pid")?;
+    let proc_read = format!("cat /proc/sys/kernel/random/boot_id /proc/{pid}/stat /proc/{pid}/status");
+    let package = format!("dumpsys package {PKG}");
+    for (label, command, per_tap) in [("dumpsys window -a", "dumpsys window -a", 2), ("boot id + /proc/PID/stat,status", proc_read.as_str(), 2), ("dumpsys package PKG", package.as_str(), 1)] {
+        let samples = measure(calls, |_| port_protocol_shell(w.adb_port, &w.serial, command).map(drop), |_| Ok(()))?;
+        stats(rows, &format!("  of which: foreground check `{label}` (x{per_tap} per tap)"), samples, None);
+    }
+    let dir = w.dir.path().join("fsync-probe");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let samples = measure(calls, |i| {
+        use std::io::Write;
+        let (tmp, path) = (dir.join(format!("j.{i}.tmp")), dir.join("j.json"));
+        let mut f = std::fs::File::create(&tmp).map_err(|e| e.to_string())?;
+        f.write_all(&[b'x'; 600]).and_then(|_| f.sync_all()).map_err(|e| e.to_string())?;
+        std::fs::rename(&tmp, &path).and_then(|_| std::fs::File::open(&dir)?.sync_all()).map_err(|e| e.to_string())
+    }, |_| Ok(()))?;
+    stats(rows, "  of which: one durable journal write (fsync file + dir), host side", samples, None);
     Ok(())
 }
