@@ -9,6 +9,7 @@
 //!   - a coordinate tap through mobile-mcp (`mobile_click_on_screen_at_coordinates`);
 //!   - `input-text` (focus by coordinates, then type) vs mobile-mcp `mobile_type_keys`;
 //!   - `launch-app` vs mobile-mcp `mobile_launch_app`.
+//!
 //! The target: an SDK tap with its verified receipt in ≤ 15 ms.
 
 use std::time::{Duration, Instant};
