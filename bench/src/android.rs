@@ -15,7 +15,9 @@
 //! Usage (as root; adb, busybox-static, node; release build first):
 //!   cargo build --release -p aab-cli -p aab-plugin-android -p aab-android-sim -p aab-bench
 //!   (cd bench/mobile-mcp && npm install)  # or let the bench run it when missing
-//!   target/release/aab-bench-android [--calls 100] [--json FILE]
+//!   target/release/aab-bench-android [--calls 100] [--json FILE] [--actions]
+//!
+//! `--actions` measures the Android actions instead (src/android_actions.rs).
 //!
 //! mobile-mcp runs with MOBILEMCP_LEGACY_ROBOT=1: its adb robot (`uiautomator dump`,
 //! `screencap`, `input` over `adb`). Its default robot first waits ~5 s for an
@@ -30,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+mod android_actions;
 mod mcp;
 use mcp::Mcp;
 
@@ -288,6 +291,12 @@ fn try_main(world: &mut Option<World>) -> Result<(), String> {
     if first["execution"]["ok"] != json!(true) {
         return Err(format!("status: {first}"));
     }
+    if std::env::args().any(|a| a == "--actions") {
+        let mut aab = Mcp::start(w.aab(&["mcp"]), "aab-bench-android")?;
+        let mut mobile = mobile_mcp(w)?;
+        android_actions::run_actions(w, calls, &mut rows, &mut aab, mobile.as_mut())?;
+        return write_json(arg("--json"), calls, w, &bin, &rows);
+    }
     let mut samples = Vec::new();
     let mut bytes = 0;
     for _ in 0..calls {
@@ -360,27 +369,7 @@ fn try_main(world: &mut Option<World>) -> Result<(), String> {
     let advertised = |w: &World, command: &str| w.aab_json(&["--help", command]).is_ok_and(|(v, _)| v["ok"] != json!(false) && v.get("execution").is_none_or(|e| e["ok"] != json!(false)));
     let has_tree = advertised(w, "tree");
     let has_screenshot = advertised(w, "screenshot");
-    let mm_index = Path::new(env!("CARGO_MANIFEST_DIR")).join("mobile-mcp/node_modules/@mobilenext/mobile-mcp/lib/index.js");
-    if !mm_index.exists() {
-        // The bench's own setup: the pinned version from package-lock.json.
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("mobile-mcp");
-        println!("installing mobile-mcp (npm ci in {})", dir.display());
-        // `npm install` rather than `npm ci`: npm writes a lockfile with only this
-        // machine's platform build of mobile-mcp's optional native helper, which `npm ci`
-        // then refuses as out of sync; `install` keeps the locked versions and fills in
-        // the platform entry.
-        let _ = Command::new("npm").args(["install", "--no-audit", "--no-fund"]).current_dir(&dir).stdout(Stdio::null()).status();
-    }
-    let mut mobile = if mm_index.exists() {
-        let mut c = Command::new("node");
-        c.arg(&mm_index);
-        w.env(&mut c);
-        c.env("MOBILEMCP_LEGACY_ROBOT", "1");
-        Some(Mcp::start(c, "aab-bench-android")?)
-    } else {
-        println!("mobile-mcp skipped: not installed ({}) and `npm install` in bench/mobile-mcp failed", mm_index.display());
-        None
-    };
+    let mut mobile = mobile_mcp(w)?;
     for (screen, tap) in [("form (5 controls)", None), ("list (500 nodes)", Some((540, 990)))] {
         if let Some((x, y)) = tap {
             w.control(json!({"op": "tap", "x": x, "y": y}))?;
@@ -449,9 +438,39 @@ fn try_main(world: &mut Option<World>) -> Result<(), String> {
     }
     drop(mobile);
     drop(aab_mcp);
-    if let Some(path) = arg("--json") {
+    write_json(arg("--json"), calls, w, &bin, &rows)
+}
+
+fn write_json(path: Option<String>, calls: usize, w: &World, bin: &Path, rows: &[Value]) -> Result<(), String> {
+    if let Some(path) = path {
         let doc = json!({"calls": calls, "serial": w.serial, "bin": bin, "results": rows});
         std::fs::write(&path, serde_json::to_vec_pretty(&doc).unwrap_or_default()).map_err(|e| format!("{path}: {e}"))?;
     }
     Ok(())
+}
+
+/// mobile-mcp as an MCP session on this world's adb server (installed on first use);
+/// `None` (and a line saying so) when it cannot be installed.
+fn mobile_mcp(w: &World) -> Result<Option<Mcp>, String> {
+    let mm_index = Path::new(env!("CARGO_MANIFEST_DIR")).join("mobile-mcp/node_modules/@mobilenext/mobile-mcp/lib/index.js");
+    if !mm_index.exists() {
+        // The bench's own setup: the pinned version from package-lock.json.
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("mobile-mcp");
+        println!("installing mobile-mcp (npm ci in {})", dir.display());
+        // `npm install` rather than `npm ci`: npm writes a lockfile with only this
+        // machine's platform build of mobile-mcp's optional native helper, which `npm ci`
+        // then refuses as out of sync; `install` keeps the locked versions and fills in
+        // the platform entry.
+        let _ = Command::new("npm").args(["install", "--no-audit", "--no-fund"]).current_dir(&dir).stdout(Stdio::null()).status();
+    }
+    Ok(if mm_index.exists() {
+        let mut c = Command::new("node");
+        c.arg(&mm_index);
+        w.env(&mut c);
+        c.env("MOBILEMCP_LEGACY_ROBOT", "1");
+        Some(Mcp::start(c, "aab-bench-android")?)
+    } else {
+        println!("mobile-mcp skipped: not installed ({}) and `npm install` in bench/mobile-mcp failed", mm_index.display());
+        None
+    })
 }

@@ -200,7 +200,13 @@ impl ExecutionHost {
                 timeout = cap.saturating_duration_since(now);
             }
         }
-        let admission_key = admission::admission_key(&command.spec.target_kind, &command.spec.target_key, command.spec.lane.as_deref(), &arguments);
+        // Every mutation of one physical device waits in that device's single lane,
+        // whatever its target kind (an SDK tap and a shell key event of the same
+        // phone queue behind each other instead of racing for its ownership lock).
+        let admission_key = match &device {
+            Some(d) => Some(format!("device:{d}")),
+            None => admission::admission_key(&command.spec.target_kind, &command.spec.target_key, command.spec.lane.as_deref(), &arguments),
+        };
         let request_id = arguments.get("requestId").and_then(Value::as_str).map(str::to_string);
         let target_key = admission_key.clone().unwrap_or_else(|| format!("host:{name}"));
 

@@ -190,6 +190,7 @@ pub async fn handle(devices: &[Arc<Device>], req: &Value) -> Value {
             dev.phone.lock().unwrap().log(pid, level, s(req, "tag").unwrap_or("Sim"), s(req, "message").unwrap_or(""));
             json!({ "ok": true })
         }
+        "hold" => crate::hold::control(&dev, req),
         "log-ring" => {
             // Ground truth of the logcat ring: every line held, oldest first, with its buffer.
             let ph = dev.phone.lock().unwrap();

@@ -138,6 +138,7 @@ async fn serve(dev: Arc<Device>, package: String, epoch: String, version: String
         _ => route(&dev, &package, &epoch, &version, &req),
     };
     dev.record("sdk-request", json!({ "package": package, "runtimeEpoch": epoch, "method": req.method, "path": req.path, "status": status }));
+    crate::hold::after_sdk(&dev, &req.path).await;
     let (delay, drop_reply) = {
         let mut f = dev.faults.lock().unwrap();
         (f.sdk_delay_ms, crate::faults::Faults::take(&mut f.sdk_drop_replies) || (crate::sdk_actions::is_action(&req.path) && crate::faults::Faults::take(&mut f.sdk_drop_action_replies)))

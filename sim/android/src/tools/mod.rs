@@ -92,6 +92,7 @@ async fn serve(dev: Arc<Device>, s: tokio::net::TcpStream) -> std::io::Result<()
     let ctx = Ctx { dev: dev.clone(), cwd: lines[2].clone() };
     dev.record("tool", serde_json::json!({ "argv": argv }));
     let res = run(&ctx, &argv, &mut wr).await;
+    crate::hold::after_tool(&dev, &argv).await;
     let d = dev.root.join("dev/.simtool");
     let _ = std::fs::write(d.join(format!("{id}.err")), res.err.as_bytes());
     let _ = std::fs::write(d.join(format!("{id}.rc")), format!("{}\n", res.code));
