@@ -175,8 +175,29 @@ pub fn read_journal(path: &Path, serial: &str) -> Result<Option<Journal>, Comman
     Ok(Some(journal))
 }
 
-/// Durable journal write: exclusive temp file, fsync, rename, directory fsync.
+/// How much a journal write must survive.
+///
+/// Only the dispatch mark must survive an operating-system crash: it is the one
+/// record whose loss would turn "maybe dispatched" into "never dispatched". A lost
+/// pending record (before the mark) loses nothing, because nothing was dispatched;
+/// a lost settlement leaves the marked pending record, so the device reads
+/// unresolved until `reconcile` — the safe direction. Those writes are still
+/// atomic (temp file + rename) and survive a killed process; they skip the
+/// fsyncs that would cost an action two more disk flushes.
+#[derive(Clone, Copy, PartialEq)]
+enum Flush {
+    /// fsync the file, rename, fsync the directory.
+    Durable,
+    /// Atomic rename only.
+    Atomic,
+}
+
 fn write_journal(path: &Path, journal: &Journal) -> Result<(), CommandError> {
+    write_journal_with(path, journal, Flush::Durable)
+}
+
+/// Journal write: exclusive temp file (0600), [fsync], rename, [directory fsync].
+fn write_journal_with(path: &Path, journal: &Journal, flush: Flush) -> Result<(), CommandError> {
     let mut journal = journal.clone();
     // A v1 journal is upgraded on its next write.
     journal.schema_version = 2;
@@ -191,10 +212,15 @@ fn write_journal(path: &Path, journal: &Journal) -> Result<(), CommandError> {
     let result = (|| -> std::io::Result<()> {
         let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
         f.write_all(&bytes)?;
-        f.sync_all()?;
+        if flush == Flush::Durable {
+            f.sync_all()?;
+        }
         drop(f);
         std::fs::rename(&tmp, path)?;
-        std::fs::File::open(dir)?.sync_all()
+        if flush == Flush::Durable {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
     })();
     result.map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
@@ -240,7 +266,9 @@ impl Ownership {
         journal.phase = "owned".into();
         journal.owner = Some(json!({"id": crate::ids::uuid_v4(), "pid": std::process::id(), "acquiredAtMs": crate::ids::now_ms()}));
         journal.pending = Some(Value::Object(pending));
-        write_journal(&path, &journal)?;
+        // Before the mark nothing is dispatched: losing this record to an OS crash
+        // loses nothing (see `Flush`).
+        write_journal_with(&path, &journal, Flush::Atomic)?;
         Ok(ActionGuard { _lock: lock, state: std::sync::Arc::new(std::sync::Mutex::new(GuardState { path, journal })), pending_id })
     }
 
@@ -323,7 +351,8 @@ impl ActionGuard {
         st.journal.last_settlement = Some(settlement(&pending, &self.pending_id, proof));
         st.journal.phase = "idle".into();
         st.journal.owner = None;
-        write_journal(&st.path, &st.journal)
+        // Losing this to an OS crash leaves the device unresolved (see `Flush`).
+        write_journal_with(&st.path, &st.journal, Flush::Atomic)
     }
 
     /// The outcome is unknown: keep the pending action and block the device.
