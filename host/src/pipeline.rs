@@ -97,7 +97,7 @@ pub fn is_mutation(command: &RegisteredCommand, arguments: &Value) -> bool {
         Mutation::Always => true,
         Mutation::Conditional => {
             let op = arguments.get("operation").and_then(Value::as_str).unwrap_or("");
-            command.spec.mutating_operations.iter().any(|m| m == op)
+            command.spec.mutating_operations.iter().any(|m| m == op) || command.spec.mutating_flags.iter().any(|f| arguments.get(f) == Some(&Value::Bool(true)))
         }
     }
 }

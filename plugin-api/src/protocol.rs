@@ -431,6 +431,10 @@ pub struct CommandSpec {
     /// For `conditional` mutations: the `operation` values that mutate.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mutating_operations: Vec<String>,
+    /// For `conditional` mutations: boolean arguments that make a call a mutation
+    /// when `true` (e.g. `logcat`'s `clear`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mutating_flags: Vec<String>,
     /// Schema ids of execution records this command produces (e.g. `aab.web-execution/v1`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub execution_schemas: Vec<String>,
@@ -476,6 +480,7 @@ impl CommandSpec {
             script_permission: None,
             mutation,
             mutating_operations: Vec::new(),
+            mutating_flags: Vec::new(),
             execution_schemas: Vec::new(),
             target_key: Vec::new(),
             lane: None,
@@ -501,6 +506,14 @@ impl CommandSpec {
         let mut s = Self::base(command, Mutation::Conditional);
         s.mutating_operations = strings(mutating_operations);
         s
+    }
+
+    /// Make a `conditional` command a mutation whenever the boolean argument
+    /// `argument` is `true` (besides its mutating operations, if any).
+    pub fn mutating_flag(mut self, argument: impl Into<String>) -> Self {
+        self.mutation = Mutation::Conditional;
+        self.mutating_flags.push(argument.into());
+        self
     }
 
     pub fn summary(mut self, summary: impl Into<String>) -> Self {

@@ -108,7 +108,7 @@ fn android_shell_mutations_each_happen_once_and_settle_the_device() {
     assert_eq!(c["method"], json!("runtime"), "{c}");
     let e = effects(&w, &sim, t);
     let clears: Vec<&Value> = e.iter().filter(|(k, _)| k == "clear-data").map(|(_, d)| d).collect();
-    assert_eq!(clears, [&json!({"package": SAMPLE}), &json!({"package": SAMPLE, "method": "runtime"})]);
+    assert_eq!(clears, [&json!({"package": SAMPLE}), &json!({"package": SAMPLE, "via": "sdk", "method": "runtime"})]);
 
     // hide-keyboard: focus the email field; ESCAPE hides it (BACK is not needed).
     control(&w, &sim, json!({"op": "tap", "x": 500, "y": 470}));
@@ -143,6 +143,10 @@ fn android_shell_mutations_each_happen_once_and_settle_the_device() {
     assert_eq!(lc["cleared"]["exitCode"], json!(0), "{lc}");
     assert_eq!(kinds(&effects(&w, &sim, t)), ["logcat-clear"]);
     assert_eq!(lc["count"], json!(control(&w, &sim, json!({"op": "log-ring"}))["lines"].as_array().unwrap().len()));
+    // A clearing read is a mutation: it went through the device's ownership journal.
+    let own = w.ok("device-ownership", json!({"operation": "status", "serial": s}));
+    assert_eq!(own.pointer("/ownership/lastSettlement/command"), Some(&json!("logcat")), "{own}");
+    w.fails("logcat", json!({"clear": true}), "missing_argument");
 
     // MCP: the same worker path.
     let t = last_seq(&w, &sim);

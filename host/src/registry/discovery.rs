@@ -285,7 +285,15 @@ fn detail(command: &RegisteredCommand, input_schema: Value) -> Map<String, Value
         "contractVersion": CONTRACT_VERSION,
     });
     match value {
-        Value::Object(map) => map,
+        Value::Object(mut map) => {
+            // Only commands that have them list their mutating flags.
+            if !spec.mutating_flags.is_empty()
+                && let Some(Value::Object(execution)) = map.get_mut("execution")
+            {
+                execution.insert("mutatingFlags".into(), json!(spec.mutating_flags));
+            }
+            map
+        }
         _ => Map::new(),
     }
 }

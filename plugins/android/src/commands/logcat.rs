@@ -49,8 +49,11 @@ fn spec() -> CommandSpec {
         .permission("capture.read")
         .target_key("serial")
         .lane("observation")
+        // `clear: true` changes the device: journaled per serial like every mutation.
+        .mutating_flag("clear")
+        .device_key("serial")
         .timeouts(30_000, 120_000)
-        .input_schema(object(
+        .input_schema(clear_needs_serial(object(
             props(json!({
                 "packageName": package_name(),
                 "pid": {"type": "integer", "minimum": 1, "maximum": 2147483647, "description": "Only this process's lines (logcat --pid)"},
@@ -68,7 +71,14 @@ fn spec() -> CommandSpec {
                 "deviceLogBuffers": {"anyOf": [buffer.clone(), {"type": "array", "items": buffer, "minItems": 1, "maxItems": 10, "uniqueItems": true}], "description": "logcat buffers (-b); default main, system, crash"},
             })),
             &[],
-        ))
+        )))
+}
+
+/// A clearing call names its device: the ownership journal is per serial.
+fn clear_needs_serial(mut schema: Value) -> Value {
+    schema["if"] = json!({"properties": {"clear": {"const": true}}, "required": ["clear"]});
+    schema["then"] = json!({"required": ["serial"]});
+    schema
 }
 
 #[derive(Deserialize)]
