@@ -234,11 +234,36 @@ async fn process(device: &impl ShellText, pid: u32, deadline: Deadline) -> Resul
     }
 }
 
-/// Probe the foreground; `Ok(None)` when no window has focus.
+/// Package → uid facts already proven by `dumpsys package` in this boot, keyed by
+/// (boot id, package, user, the window owner's uid). A reinstall that changes the
+/// uid changes the key, so a stale entry can never vouch for a new identity; the
+/// window and `/proc` reads (and their change checks) still run on every probe.
+pub type VerifiedPackages = std::sync::Mutex<std::collections::HashMap<(String, String, u32, u32), u32>>;
+
+/// At most this many verified packages are remembered (then the map starts over).
+const VERIFIED_PACKAGES_CAP: usize = 256;
+
+fn verified_packages() -> &'static VerifiedPackages {
+    static CACHE: std::sync::OnceLock<VerifiedPackages> = std::sync::OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+/// Probe the foreground; `Ok(None)` when no window has focus. The package's uid
+/// comes from `dumpsys package` once per boot and identity (see [`VerifiedPackages`]).
 pub async fn probe(device: &impl ShellText, deadline: Deadline) -> Result<Option<Foreground>> {
+    probe_with(device, deadline, if cfg!(test) { None } else { Some(verified_packages()) }).await
+}
+
+/// [`probe`] with an explicit cache of verified packages (`None`: read every time).
+pub async fn probe_with(device: &impl ShellText, deadline: Deadline, cache: Option<&VerifiedPackages>) -> Result<Option<Foreground>> {
     let Some(first) = window(device, deadline).await? else { return Ok(None) };
     let proc_first = process(device, first.pid, deadline).await?;
-    let app_id = parse_package(&device.text(&["dumpsys", "package", &first.package], deadline).await?, &first.package, first.user)?;
+    let key = (proc_first.boot_id.clone(), first.package.clone(), first.user, first.owner_uid);
+    let known = cache.and_then(|c| c.lock().unwrap_or_else(|p| p.into_inner()).get(&key).copied());
+    let app_id = match known {
+        Some(id) => id,
+        None => parse_package(&device.text(&["dumpsys", "package", &first.package], deadline).await?, &first.package, first.user)?,
+    };
     let second = window(device, deadline).await?;
     if second.as_ref() != Some(&first) {
         return Err(ProviderError::new(FOREGROUND_CHANGED_DURING_VERIFICATION, "the focused window changed while it was being verified")
@@ -254,7 +279,15 @@ pub async fn probe(device: &impl ShellText, deadline: Deadline) -> Result<Option
                 .not_dispatched());
         }
     }
-    verify(first, proc_first, app_id).map(Some)
+    let verified = verify(first, proc_first, app_id)?;
+    if let Some(c) = cache {
+        let mut c = c.lock().unwrap_or_else(|p| p.into_inner());
+        if c.len() >= VERIFIED_PACKAGES_CAP {
+            c.clear();
+        }
+        c.insert(key, app_id);
+    }
+    Ok(Some(verified))
 }
 
 #[cfg(test)]
@@ -374,6 +407,29 @@ Queries:
         let rebooted = PROC.replace("0d6f5a3c", "11111111");
         let e = run(probe(&script([WINDOW_DUMP, WINDOW_DUMP], [PROC, &rebooted]), d)).unwrap_err();
         assert_eq!(e.error, FOREGROUND_PROCESS_CHANGED_DURING_VERIFICATION);
+    }
+
+    /// The second probe of the same boot and identity skips `dumpsys package` (the
+    /// script panics on a command it does not expect); a new owner uid reads it again.
+    #[test]
+    fn a_verified_package_is_read_once_per_boot_and_identity() {
+        let d = crate::adb::Deadline::after(std::time::Duration::from_secs(5));
+        let cache = VerifiedPackages::default();
+        run(probe_with(&script([WINDOW_DUMP, WINDOW_DUMP], [PROC, PROC]), d, Some(&cache))).unwrap().unwrap();
+        let cat = "cat /proc/sys/kernel/random/boot_id /proc/4321/stat /proc/4321/status";
+        let without_package = Script(std::sync::Mutex::new(vec![
+            ("dumpsys window -a".into(), WINDOW_DUMP.into()),
+            (cat.into(), PROC.into()),
+            ("dumpsys window -a".into(), WINDOW_DUMP.into()),
+            (cat.into(), PROC.into()),
+        ]));
+        let f = run(probe_with(&without_package, d, Some(&cache))).unwrap().unwrap();
+        assert_eq!(f.uid, 10123);
+        assert!(without_package.0.lock().unwrap().is_empty(), "every scripted read happened");
+        // Reinstalled with another uid: the window owner changed, so the package is read again.
+        let moved = WINDOW_DUMP.replace("mOwnerUid=10123", "mOwnerUid=10124").replace("4321:u0a10123", "4321:u0a10124");
+        let e = run(probe_with(&script([&moved, &moved], [PROC, PROC]), d, Some(&cache))).unwrap_err();
+        assert_eq!(e.error, FOREGROUND_IDENTITY_UNAVAILABLE, "the fresh package read disagrees with the new owner: {e:?}");
     }
 
     #[test]
