@@ -353,6 +353,15 @@ impl Demo {
             }
         }
 
+        // 6b. Actions: sign up through the SDK's managed execution, each action
+        // checked against what the phone recorded (exactly one effect per action).
+        if ["tap-native", "input-text", "device-ownership"].iter().all(|c| self.advertised(c)) {
+            self.sign_up()?;
+        } else {
+            self.skipped.push("tap-native/input-text".into());
+            self.say("actions: tap-native/input-text not advertised by this build — skipped");
+        }
+
         // 7. The app restarts: the next status reaches the new process.
         self.control(json!({"op": "restart", "package": SAMPLE}))?;
         let new_epoch = self.epoch()?;
@@ -370,6 +379,41 @@ impl Demo {
         }
         let left = self.adb(&["forward", "--list"])?.lines().filter(|l| !l.trim().is_empty()).count();
         self.say(&format!("remove-forward: removed {} forward(s); `adb forward --list` now lists {left}", forwards.len()));
+        Ok(())
+    }
+
+    /// The sample app's sign-up: five managed SDK actions by selector, each seen
+    /// exactly once on the phone, then the app's own state and the device journal.
+    fn sign_up(&mut self) -> Result<(), Failure> {
+        let steps: [(&str, Value, &str); 6] = [
+            ("tap-native", json!({"selector": {"text": "Create account"}}), "open the sign-up screen"),
+            ("input-text", json!({"selector": {"resourceName": "name"}, "text": "Ada Lovelace"}), "type the name"),
+            ("input-text", json!({"selector": {"resourceName": "email"}, "text": "ada@example.org"}), "type the email"),
+            ("input-text", json!({"selector": {"resourceName": "new_password"}, "text": "analytical-engine"}), "type the password"),
+            ("tap-native", json!({"selector": {"text": "I accept the terms"}}), "accept the terms"),
+            ("tap-native", json!({"selector": {"text": "Sign up"}}), "submit"),
+        ];
+        let before = self.control(json!({"op": "actions"}))?["count"].as_u64().unwrap_or(0);
+        for (i, (command, extra, what)) in steps.into_iter().enumerate() {
+            let mut args = json!({"packageName": SAMPLE, "serial": self.serial});
+            if let (Some(a), Value::Object(extra)) = (args.as_object_mut(), extra) {
+                a.extend(extra);
+            }
+            let value = self.must(command, args)?;
+            let seen = self.control(json!({"op": "actions"}))?;
+            let count = seen["count"].as_u64().unwrap_or(0);
+            let last = seen["actions"].as_array().and_then(|a| a.last()).cloned().unwrap_or(Value::Null);
+            if count != before + i as u64 + 1 || last["actionId"] != value["actionId"] {
+                return Err(Failure(format!("{command} ({what}): the phone did not record exactly this one action (count {count}, last {last})")));
+            }
+            self.say(&format!("{command}: {what} — settled receipt {} (the phone recorded one {} for it)", value["proof"]["responseSha256"].as_str().map(|h| &h[..12.min(h.len())]).unwrap_or("?"), last["kind"].as_str().unwrap_or("?")));
+        }
+        let app = self.control(json!({"op": "state"}))?["apps"].as_array().and_then(|a| a.iter().find(|a| a["package"] == json!(SAMPLE)).cloned()).unwrap_or(Value::Null);
+        if app["screen"] != json!("welcome") {
+            return Err(Failure(format!("after sign-up the app shows {} instead of welcome", app["screen"])));
+        }
+        let own = self.must("device-ownership", json!({"operation": "status", "serial": self.serial}))?;
+        self.say(&format!("The app shows its welcome screen; device-ownership: phase {}, last settlement {}", own["phase"], own["ownership"]["lastSettlement"]["command"]));
         Ok(())
     }
 
