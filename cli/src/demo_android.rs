@@ -387,9 +387,9 @@ impl Demo {
     fn sign_up(&mut self) -> Result<(), Failure> {
         let steps: [(&str, Value, &str); 6] = [
             ("tap-native", json!({"selector": {"text": "Create account"}}), "open the sign-up screen"),
-            ("input-text", json!({"selector": {"resourceName": "name"}, "text": "Ada Lovelace"}), "type the name"),
-            ("input-text", json!({"selector": {"resourceName": "email"}, "text": "ada@example.org"}), "type the email"),
-            ("input-text", json!({"selector": {"resourceName": "new_password"}, "text": "analytical-engine"}), "type the password"),
+            ("input-text", json!({"selector": {"resourceName": format!("{SAMPLE}:id/name")}, "text": "Ada Lovelace"}), "type the name"),
+            ("input-text", json!({"selector": {"resourceName": format!("{SAMPLE}:id/email")}, "text": "ada@example.org"}), "type the email"),
+            ("input-text", json!({"selector": {"resourceName": format!("{SAMPLE}:id/new_password")}, "text": "analytical-engine"}), "type the password"),
             ("tap-native", json!({"selector": {"text": "I accept the terms"}}), "accept the terms"),
             ("tap-native", json!({"selector": {"text": "Sign up"}}), "submit"),
         ];

@@ -17,17 +17,24 @@ fn android_demo_walks_the_flow_on_the_simulator_and_leaves_nothing_running() {
     let run = env.aab_with_timeout(&["demo", "android", "--record", record.to_str().unwrap()], &[], Duration::from_secs(120));
     env.check(run.exit() == 0, &run, "aab demo android should succeed");
 
-    // Ground truth: the phone served two status reads, one per app process, and a
-    // restart between them (the simulator's own log, not the demo's narration).
+    // Ground truth (the simulator's own log, not the demo's narration): status reads of
+    // the first app process (the status command and one per sign-up action), a restart,
+    // then one read of the new process; the six sign-up actions each settled once.
     let truth: Value = serde_json::from_slice(&std::fs::read(&record).expect("the demo wrote the simulator's log")).unwrap();
     let items = truth["items"].as_array().unwrap();
-    let statuses: Vec<&Value> = items.iter().filter(|r| r["kind"] == json!("sdk-request") && r["data"]["path"] == json!("/v1/status")).collect();
-    assert_eq!(statuses.len(), 2, "{statuses:?}");
-    assert!(statuses.iter().all(|r| r["data"]["status"] == json!(200)), "{statuses:?}");
-    assert_ne!(statuses[0]["data"]["runtimeEpoch"], statuses[1]["data"]["runtimeEpoch"], "the second read reached the restarted process");
     let restart_at = items.iter().position(|r| r["kind"] == json!("process-stop")).expect("the app was restarted");
-    let first = items.iter().position(|r| r["kind"] == json!("sdk-request")).unwrap();
-    assert!(first < restart_at, "first read before the restart");
+    let is_status = |r: &&Value| r["kind"] == json!("sdk-request") && r["data"]["path"] == json!("/v1/status");
+    let before: Vec<&Value> = items[..restart_at].iter().filter(is_status).collect();
+    let after: Vec<&Value> = items[restart_at..].iter().filter(is_status).collect();
+    assert_eq!((before.len(), after.len()), (7, 1), "{before:?} / {after:?}");
+    let statuses: Vec<&Value> = before.iter().chain(after.iter()).copied().collect();
+    assert!(statuses.iter().all(|r| r["data"]["status"] == json!(200)), "{statuses:?}");
+    assert!(before.iter().all(|r| r["data"]["runtimeEpoch"] == before[0]["data"]["runtimeEpoch"]), "{before:?}");
+    assert_ne!(before[0]["data"]["runtimeEpoch"], after[0]["data"]["runtimeEpoch"], "the last read reached the restarted process");
+    let actions: Vec<&Value> = items.iter().filter(|r| r["kind"] == json!("sdk-action")).collect();
+    assert_eq!(actions.len(), 6, "{actions:?}");
+    assert!(actions.iter().all(|r| r["data"]["ok"] == json!(true)), "{actions:?}");
+    assert!(run.stdout.contains("welcome screen"), "{}", run.stdout);
     // What the demo says it did matches: the epochs it printed are the phone's.
     for r in &statuses {
         assert!(run.stdout.contains(r["data"]["runtimeEpoch"].as_str().unwrap()), "{}", run.stdout);
