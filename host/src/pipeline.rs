@@ -200,12 +200,15 @@ impl ExecutionHost {
                 timeout = cap.saturating_duration_since(now);
             }
         }
-        // Every mutation of one physical device waits in that device's single lane,
-        // whatever its target kind (an SDK tap and a shell key event of the same
-        // phone queue behind each other instead of racing for its ownership lock).
+        // A mutation whose target is named by its device (the target key shares an
+        // argument with the device key, e.g. Android's `serial`) waits in that device's
+        // single lane, whatever its target kind: an SDK tap and a shell key event of the
+        // same phone queue behind each other instead of racing for its ownership lock.
+        // Other commands keep their own target lanes.
+        let on_device = command.spec.target_key.iter().any(|k| command.spec.device_key.contains(k));
         let admission_key = match &device {
-            Some(d) => Some(format!("device:{d}")),
-            None => admission::admission_key(&command.spec.target_kind, &command.spec.target_key, command.spec.lane.as_deref(), &arguments),
+            Some(d) if on_device => Some(format!("device:{d}")),
+            _ => admission::admission_key(&command.spec.target_kind, &command.spec.target_key, command.spec.lane.as_deref(), &arguments),
         };
         let request_id = arguments.get("requestId").and_then(Value::as_str).map(str::to_string);
         let target_key = admission_key.clone().unwrap_or_else(|| format!("host:{name}"));

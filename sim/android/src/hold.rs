@@ -35,9 +35,11 @@ fn is_held(dev: &Device) -> bool {
 pub fn control(dev: &Device, req: &Value) -> Value {
     let tx = sender(dev);
     if let Some(on) = req.get("on").and_then(Value::as_bool) {
+        // Count the waiters before the release wakes them (they drop their receivers).
+        let waiting = tx.receiver_count();
         let was = tx.send_replace(on);
         if was && !on {
-            dev.record("released", json!({ "waiting": tx.receiver_count() }));
+            dev.record("released", json!({ "waiting": waiting }));
         }
     }
     json!({ "ok": true, "held": *tx.borrow(), "waiting": tx.receiver_count() })
