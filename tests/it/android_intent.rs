@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use aab_e2e::{error_code, error_facts, kebab};
+use aab_e2e::{error_code, error_facts, flags};
 use serde_json::{Value, json};
 
 use crate::android::{SAMPLE, World, app_state, control, simulated};
@@ -23,13 +23,7 @@ fn rid(id: &str) -> String {
 /// `aab intent --operation OP --flags…` → (body, exit).
 fn intent(w: &World, op: &str, args: Value) -> (Value, i32) {
     let mut argv = vec!["intent".to_string(), "--operation".into(), op.into()];
-    for (k, v) in args.as_object().unwrap() {
-        argv.push(format!("--{}", kebab(k)));
-        argv.push(match v {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        });
-    }
+    argv.extend(flags(&args));
     let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
     let run = w.env.aab(&refs);
     let body = w.env.json_of(&run);
