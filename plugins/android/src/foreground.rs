@@ -22,6 +22,8 @@ use crate::adb::{Deadline, ProviderError, Result};
 pub const FOREGROUND_CHANGED_DURING_VERIFICATION: &str = "foreground_changed_during_verification";
 pub const FOREGROUND_PROCESS_CHANGED_DURING_VERIFICATION: &str = "foreground_process_changed_during_verification";
 pub const FOREGROUND_IDENTITY_UNAVAILABLE: &str = "foreground_identity_unavailable";
+/// An action's package is not the verified foreground (nothing was dispatched).
+pub const FOREGROUND_PACKAGE_MISMATCH: &str = "foreground_package_mismatch";
 
 /// The focused window as `dumpsys window -a` describes it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -288,6 +290,21 @@ pub async fn probe_with(device: &impl ShellText, deadline: Deadline, cache: Opti
         c.insert(key, app_id);
     }
     Ok(Some(verified))
+}
+
+/// The verified foreground, which must be `package` when one is named: the check
+/// every Android action makes before it dispatches.
+pub async fn require(device: &impl ShellText, package: Option<&str>, deadline: Deadline) -> Result<Option<Foreground>> {
+    let foreground = probe(device, deadline).await?;
+    let fg_package = foreground.as_ref().map(|f| f.window.package.as_str());
+    if let Some(package) = package
+        && fg_package != Some(package)
+    {
+        return Err(ProviderError::new(FOREGROUND_PACKAGE_MISMATCH, format!("{package} is not in the foreground (foreground: {})", fg_package.unwrap_or("none")))
+            .with_details(json!({"packageName": package, "foregroundPackage": fg_package}))
+            .not_dispatched());
+    }
+    Ok(foreground)
 }
 
 #[cfg(test)]

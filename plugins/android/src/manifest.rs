@@ -67,9 +67,10 @@ pub(crate) fn pixel(what: &str) -> Value {
     json!({"type": "integer", "minimum": 0, "maximum": 100000, "description": what})
 }
 
-/// The mutating Android commands' common spec: device-scoped through `serial`,
-/// which is required and keys both the admission lane and the device journal.
-pub(crate) fn shell_mutation(command: &str, domain: &str, target_kind: &str, summary: &str) -> aab_plugin_api::CommandSpec {
+/// The mutating Android commands' common spec (SDK and shell actions alike):
+/// device-scoped through `serial`, which is required and keys both the admission
+/// lane and the device journal.
+pub(crate) fn device_mutation(command: &str, domain: &str, target_kind: &str, summary: &str) -> aab_plugin_api::CommandSpec {
     aab_plugin_api::CommandSpec::mutation(command).platform("android").domain(domain).target_kind(target_kind).summary(summary).target_key("serial").device_key("serial").timeouts(30_000, 120_000)
 }
 
@@ -171,4 +172,14 @@ fn native_intent_provider(commands: &[String]) -> aab_plugin_api::protocol::Inte
         );
     }
     provider
+}
+
+/// A permission name (`permission-state`, `permission-grant`, `permission-revoke`).
+pub(crate) fn permission_name() -> Value {
+    json!({"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[A-Za-z0-9_.]+$", "description": "Full permission name, e.g. android.permission.CAMERA"})
+}
+
+/// An Android user id; absent = the current user (`am get-current-user`).
+pub(crate) fn user_id() -> Value {
+    json!({"type": "integer", "minimum": 0, "maximum": 2147483647, "description": "Android user (default: the current user, from am get-current-user)"})
 }

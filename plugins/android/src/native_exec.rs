@@ -22,7 +22,6 @@ use crate::sdk::{Route, SdkTarget, http};
 
 pub const SCHEMA: &str = "aab.native-execution/v1";
 pub const NATIVE_EXECUTION_UNAVAILABLE: &str = "native_execution_unavailable";
-pub const FOREGROUND_PACKAGE_MISMATCH: &str = "foreground_package_mismatch";
 /// The SDK's cleanup grace before a running action's pending reply.
 const GRACE: Duration = Duration::from_millis(1500);
 /// The one cancel after a lost or invalid reply.
@@ -59,13 +58,7 @@ pub async fn open(ctx: &Context<'_>, app: &App) -> Result<Session, ProviderError
     let budget = Budget::new(ctx, app.adb_timeout_ms);
     let device = device(app.adb.as_deref(), app.serial.as_deref(), &budget).await?;
     let serial = device.serial.clone();
-    let foreground = crate::foreground::probe(&device, budget.adb()).await?;
-    let fg_package = foreground.as_ref().map(|f| f.window.package.clone());
-    if fg_package.as_deref() != Some(app.package.as_str()) {
-        return Err(ProviderError::new(FOREGROUND_PACKAGE_MISMATCH, format!("{} is not in the foreground (foreground: {})", app.package, fg_package.as_deref().unwrap_or("none")))
-            .with_details(json!({"packageName": app.package, "foregroundPackage": fg_package}))
-            .not_dispatched());
-    }
+    let foreground = crate::foreground::require(&device, Some(&app.package), budget.adb()).await?;
     let target = SdkTarget { device, package: app.package.clone(), port: app.port };
     let route = target.route(budget.adb()).await?;
     let status = http::request(route.forward.port, "GET", "/v1/status", None, budget.adb()).await.map_err(|e| e.not_dispatched())?.body;

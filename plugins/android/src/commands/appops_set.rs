@@ -8,10 +8,10 @@ use serde_json::json;
 use super::permission_state::parse_app_op;
 use super::{Budget, cancellable, device};
 use crate::AndroidProvider;
-use crate::manifest::{object, package_name, props, shell_mutation};
+use crate::manifest::{object, package_name, props, device_mutation};
 
 fn spec() -> CommandSpec {
-    shell_mutation("appops-set", "app", "android-app", "Set an app-op mode (appops set) through the managed shell worker, then read it back.")
+    device_mutation("appops-set", "app", "android-app", "Set an app-op mode (appops set) through the managed shell worker, then read it back.")
         .role("expert")
         .permission("app.permissions")
         .input_schema(object(

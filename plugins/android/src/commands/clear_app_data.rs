@@ -10,13 +10,13 @@ use serde_json::json;
 
 use super::{AppArgs, Budget, cancellable, device, sdk_route};
 use crate::AndroidProvider;
-use crate::manifest::{object, package_name, port, props, shell_mutation};
+use crate::manifest::{object, package_name, port, props, device_mutation};
 
 /// `pm clear` did not answer `Success`, or the SDK refused.
 pub const CLEAR_APP_DATA_FAILED: &str = "clear_app_data_failed";
 
 fn spec() -> CommandSpec {
-    shell_mutation("clear-app-data", "app", "android-app", "Clear an app's data: `pm clear` through the managed shell worker (method pm-clear, default), or the app SDK's /v1/app/clear-data (method runtime).")
+    device_mutation("clear-app-data", "app", "android-app", "Clear an app's data: `pm clear` through the managed shell worker (method pm-clear, default), or the app SDK's /v1/app/clear-data (method runtime).")
         .permission("app.lifecycle")
         .input_schema(object(
             props(json!({"packageName": package_name(), "method": {"type": "string", "enum": ["pm-clear", "runtime"], "description": "pm-clear (default) or runtime (through the SDK)"}, "port": port("Host port of the SDK forward (method runtime)")})),

@@ -8,10 +8,10 @@ use serde_json::{Value, json};
 
 use super::{Budget, cancellable, device};
 use crate::AndroidProvider;
-use crate::manifest::{object, package_name, props, shell_mutation};
+use crate::manifest::{object, package_name, props, device_mutation};
 
 fn spec(command: &str, what: &str) -> CommandSpec {
-    shell_mutation(command, "app", "android-app", what)
+    device_mutation(command, "app", "android-app", what)
         .role("expert")
         .input_schema(object(props(json!({"packageName": package_name(), "pid": {"type": "integer", "minimum": 1, "maximum": 4194304, "description": "Process id (default: the app's current pid)"}})), &["packageName", "serial"]))
 }

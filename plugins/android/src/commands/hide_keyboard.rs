@@ -13,13 +13,13 @@ use super::keyboard_state::parse_input_method;
 use super::{Budget, cancellable, device};
 use crate::AndroidProvider;
 use crate::adb::device::Device;
-use crate::manifest::{object, props, shell_mutation};
+use crate::manifest::{object, props, device_mutation};
 
 /// The keyboard is still shown after both keys.
 pub const KEYBOARD_STILL_SHOWN: &str = "keyboard_still_shown";
 
 fn spec() -> CommandSpec {
-    shell_mutation("hide-keyboard", "action", "android-device", "Hide the soft keyboard: ESCAPE (111), then BACK (4) if it is still shown, through the managed shell worker; the keyboard state is read before and after.")
+    device_mutation("hide-keyboard", "action", "android-device", "Hide the soft keyboard: ESCAPE (111), then BACK (4) if it is still shown, through the managed shell worker; the keyboard state is read before and after.")
         .permission("app.interact")
         .input_schema(object(
             props(json!({

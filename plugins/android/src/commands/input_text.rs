@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 
 use super::cancellable;
 use crate::AndroidProvider;
-use crate::manifest::{MUTATION_REQUIRED, coordinate, object, package_name, port, props};
+use crate::manifest::{device_mutation, MUTATION_REQUIRED, coordinate, object, package_name, port, props};
 use crate::native_exec::{App, open};
 use crate::native_target::{bind, selector_schema, summary};
 
@@ -31,15 +31,8 @@ fn spec() -> CommandSpec {
     );
     schema["dependentRequired"] = json!({"tapX": ["tapY"], "tapY": ["tapX"]});
     schema["not"] = json!({"anyOf": [{"required": ["selector", "tapX"]}, {"required": ["selector", "tapY"]}]});
-    CommandSpec::mutation("input-text")
-        .platform("android")
-        .domain("core")
-        .target_kind("android-app")
-        .summary("Replace the text of one editor through the app SDK: the editor a native selector names (revalidated by the SDK), the one at tapX/tapY, or the focused one; receipt and settlement proof, never retried.")
+    device_mutation("input-text", "core", "android-app", "Replace the text of one editor through the app SDK: the editor a native selector names (revalidated by the SDK), the one at tapX/tapY, or the focused one; receipt and settlement proof, never retried.")
         .permission("app.interact")
-        .target_key("serial")
-        .device_key("serial")
-        .timeouts(30_000, 120_000)
         .input_schema(schema)
 }
 
@@ -105,10 +98,14 @@ impl Command for InputText {
 /// fails the call (ambiguous) so the device stays unresolved until reconciled.
 async fn hide_keyboard(ctx: &Context<'_>, inv: &Invocation, args: &InputTextArgs, serial: &str) -> Result<Value, ProviderError> {
     let budget = super::Budget::new(ctx, args.adb_timeout_ms);
-    let device = super::device(args.adb.as_deref(), Some(serial), &budget).await.map_err(|e| e.settled_after_dispatch())?;
     let job = format!("{}:1", inv.action_id);
-    match crate::shell_exec::command_action(ctx, &job, &device, &budget, "input-text", Some(&args.package_name), &["input", "keyevent", "111"]).await {
+    let hidden = async {
+        let device = super::device(args.adb.as_deref(), Some(serial), &budget).await?;
+        crate::shell_exec::command_action(ctx, &job, &device, &budget, "input-text", Some(&args.package_name), &["input", "keyevent", "111"]).await
+    };
+    match hidden.await {
         Ok(run) => Ok(json!({"ok": true, "keyCode": 111, "execution": run.execution()})),
+        // Nothing of the second job reached the phone: the input's success stands.
         Err(e) if e.dispatched == Some(false) => Ok(json!({"ok": false, "error": e.error, "message": e.message})),
         Err(e) => Err(e),
     }

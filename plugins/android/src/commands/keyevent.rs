@@ -7,10 +7,10 @@ use serde_json::json;
 
 use super::{Budget, cancellable, device};
 use crate::AndroidProvider;
-use crate::manifest::{object, props, shell_mutation};
+use crate::manifest::{object, props, device_mutation};
 
 fn spec() -> CommandSpec {
-    shell_mutation("keyevent", "action", "android-device", "Send one key event (input keyevent; default 4 = BACK) through the managed shell worker; the phone's receipt decides the outcome.")
+    device_mutation("keyevent", "action", "android-device", "Send one key event (input keyevent; default 4 = BACK) through the managed shell worker; the phone's receipt decides the outcome.")
         .permission("app.interact")
         .input_schema(object(props(json!({"keyCode": {"type": "integer", "minimum": 0, "maximum": 400, "description": "Android KeyEvent code (default 4, BACK)"}})), &["serial"]))
 }

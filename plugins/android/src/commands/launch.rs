@@ -14,10 +14,8 @@ use serde_json::{Value, json};
 use super::{Budget, cancellable, device};
 use crate::AndroidProvider;
 use crate::adb::device::Device;
-use crate::manifest::{object, package_name, props, shell_mutation};
+use crate::manifest::{object, package_name, props, device_mutation};
 
-/// The package did not come to the foreground within the poll window.
-pub const FOREGROUND_PACKAGE_MISMATCH: &str = "foreground_package_mismatch";
 /// `am start` refused (error text, or no `Status: ok`).
 pub const LAUNCH_FAILED: &str = "launch_failed";
 /// No launcher activity for the package.
@@ -47,7 +45,7 @@ fn schema(clear_task: bool) -> serde_json::Value {
 }
 
 fn spec(command: &str, clear_task: bool) -> CommandSpec {
-    shell_mutation(command, "app", "android-app", "Start an activity with `am start -W` through the managed shell worker, then wait until the package is in the foreground (foreground_package_mismatch otherwise).")
+    device_mutation(command, "app", "android-app", "Start an activity with `am start -W` through the managed shell worker, then wait until the package is in the foreground (foreground_package_mismatch otherwise).")
         .permission("app.interact")
         .input_schema(schema(clear_task))
 }
@@ -153,7 +151,7 @@ async fn launch(ctx: &Context<'_>, inv: &Invocation, command: &str, a: LaunchArg
         tokio::time::sleep(POLL).await;
     }
     if seen.as_deref() != Some(a.package_name.as_str()) {
-        return Err(ProviderError::new(FOREGROUND_PACKAGE_MISMATCH, format!("{} is not in the foreground after the launch ({seen:?} is)", a.package_name)).with_details(json!({"packageName": a.package_name, "foregroundPackage": seen, "am": am, "execution": run.execution()})));
+        return Err(ProviderError::new(crate::foreground::FOREGROUND_PACKAGE_MISMATCH, format!("{} is not in the foreground after the launch ({seen:?} is)", a.package_name)).with_details(json!({"packageName": a.package_name, "foregroundPackage": seen, "am": am, "execution": run.execution()})));
     }
     Ok(json!({"ok": true, "serial": device.serial, "packageName": a.package_name, "component": comp, "am": am, "foregroundPackage": seen, "execution": run.execution()}))
 }

@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 
 use super::cancellable;
 use crate::AndroidProvider;
-use crate::manifest::{MUTATION_REQUIRED, object, package_name, port, props};
+use crate::manifest::{device_mutation, MUTATION_REQUIRED, object, package_name, port, props};
 use crate::native_exec::{App, open};
 use crate::native_target::{bind, selector_schema, summary};
 
@@ -43,15 +43,8 @@ fn payload_schema() -> Value {
 fn spec() -> CommandSpec {
     let mut required = MUTATION_REQUIRED.to_vec();
     required.push("payload");
-    CommandSpec::mutation("native-gesture")
-        .platform("android")
-        .domain("core")
-        .target_kind("android-app")
-        .summary("One SDK gesture (longPress, swipe, scroll) on the native view a selector names, revalidated by the SDK; receipt and settlement proof, never retried.")
+    device_mutation("native-gesture", "core", "android-app", "One SDK gesture (longPress, swipe, scroll) on the native view a selector names, revalidated by the SDK; receipt and settlement proof, never retried.")
         .permission("app.interact")
-        .target_key("serial")
-        .device_key("serial")
-        .timeouts(30_000, 120_000)
         .input_schema(object(props(json!({"packageName": package_name(), "port": port("Host port of an existing or wanted adb forward to the SDK socket"), "payload": payload_schema()})), &required))
 }
 

@@ -7,23 +7,23 @@ use aab_plugin_api::{Command, CommandSpec, Context, Invocation, ProviderError, R
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::permission_state::{parse_package, permission_state};
+use super::permission_state::{current_user, read};
 use super::{Budget, cancellable, device};
 use crate::AndroidProvider;
-use crate::manifest::{object, package_name, props, shell_mutation};
+use crate::manifest::{object, package_name, permission_name, props, device_mutation, user_id};
 
 /// The platform refused the change (SecurityException).
 pub const PERMISSION_CHANGE_DENIED: &str = "permission_change_denied";
 
 fn spec(command: &str, what: &str) -> CommandSpec {
-    shell_mutation(command, "app", "android-app", what)
+    device_mutation(command, "app", "android-app", what)
         .role("expert")
         .permission("app.permissions")
         .input_schema(object(
             props(json!({
                 "packageName": package_name(),
-                "permission": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[A-Za-z][A-Za-z0-9_]*(\\.[A-Za-z0-9_]+)+$", "description": "Permission name, e.g. android.permission.CAMERA"},
-                "userId": {"type": "integer", "minimum": 0, "maximum": 10000, "description": "Android user (default: the current user)"},
+                "permission": permission_name(),
+                "userId": user_id(),
             })),
             &["packageName", "permission", "serial"],
         ))
@@ -45,21 +45,19 @@ async fn change(ctx: &Context<'_>, inv: &Invocation, command: &str, verb: &str, 
     let device = device(a.adb.as_deref(), Some(&a.serial), &budget).await?;
     let user = match a.user_id {
         Some(u) => u,
-        None => device.shell("am get-current-user", None, budget.adb()).await?.stdout_text().trim().parse().unwrap_or(0),
+        None => current_user(&device, &budget).await?,
     };
     let u = user.to_string();
     let argv = ["pm", verb, "--user", &u, &a.package_name, &a.permission];
-    let run = crate::shell_exec::run_argv(ctx, &device, budget.deadline, budget.adb_step, &crate::shell_exec::Action { action_id: &inv.action_id, host_action_id: &inv.action_id, command, package: Some(&a.package_name) }, &argv).await?;
+    let action = crate::shell_exec::Action { action_id: &inv.action_id, host_action_id: &inv.action_id, command, package: Some(&a.package_name) };
+    let run = crate::shell_exec::run_argv(ctx, &device, budget.deadline, budget.adb_step, &action, &argv).await?;
     let text = format!("{}{}", run.stdout_text(), run.stderr_text());
     if let Some(i) = text.find("java.lang.SecurityException:") {
         let reason = text[i..].lines().next().unwrap_or("").to_string();
         return Err(ProviderError::new(PERMISSION_CHANGE_DENIED, format!("the platform refused to {verb} {} for {}: {reason}", a.permission, a.package_name)).with_field("permission").with_details(json!({"reason": reason, "exitCode": run.exit_code, "execution": run.execution()})).not_dispatched());
     }
-    if run.exit_code != 0 {
-        return Err(ProviderError::new(crate::shell_exec::SHELL_COMMAND_FAILED, format!("pm {verb} exited with {}", run.exit_code)).with_details(json!({"output": text, "execution": run.execution()})).not_dispatched());
-    }
-    let dump = device.shell(&format!("dumpsys package {}", a.package_name), None, budget.adb()).await?.stdout_text();
-    let state = permission_state(&parse_package(&dump, &a.package_name)?, &a.package_name, &a.permission, user)?;
+    crate::shell_exec::exited_zero(&argv, &run)?;
+    let state = read(&device, &a.package_name, &a.permission, user, &budget).await?;
     Ok(json!({"ok": true, "serial": device.serial, "packageName": a.package_name, "permission": a.permission, "userId": user, "granted": state["granted"], "state": state, "execution": run.execution()}))
 }
 

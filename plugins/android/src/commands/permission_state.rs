@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 
 use super::{Budget, cancellable, device};
 use crate::AndroidProvider;
-use crate::adb::device::command_line;
-use crate::manifest::{object, package_name, props};
+use crate::adb::device::{Device, command_line};
+use crate::manifest::{object, package_name, permission_name, props, user_id};
 
 /// The package is not installed (for that user).
 pub const PACKAGE_NOT_FOUND: &str = "package_not_found";
@@ -39,8 +39,8 @@ fn spec() -> CommandSpec {
         .input_schema(object(
             props(json!({
                 "packageName": package_name(),
-                "permission": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[A-Za-z0-9_.]+$", "description": "Full permission name, e.g. android.permission.CAMERA"},
-                "userId": {"type": "integer", "minimum": 0, "maximum": 2147483647, "description": "Android user (default: the current user, from am get-current-user)"},
+                "permission": permission_name(),
+                "userId": user_id(),
             })),
             &["serial", "packageName", "permission"],
         ))
@@ -241,6 +241,19 @@ pub fn permission_state(p: &PackagePermissions, package: &str, permission: &str,
     Ok(json!({"kind": kind, "granted": granted, "flags": flags}))
 }
 
+/// The current Android user (`am get-current-user`).
+pub(crate) async fn current_user(device: &Device, budget: &Budget) -> Result<u32, ProviderError> {
+    let out = device.shell("am get-current-user", None, budget.adb()).await?;
+    let text = out.stdout_text();
+    text.trim().parse::<u32>().map_err(|_| unavailable("am get-current-user did not print a user id", &format!("{text}{}", out.stderr_text())))
+}
+
+/// One permission's state for `user`, from `dumpsys package <pkg>`.
+pub(crate) async fn read(device: &Device, package: &str, permission: &str, user: u32, budget: &Budget) -> Result<Value, ProviderError> {
+    let out = device.shell(&command_line(&["dumpsys", "package", package]), None, budget.adb()).await?;
+    permission_state(&parse_package(&out.stdout_text(), package)?, package, permission, user)
+}
+
 pub struct PermissionState;
 impl Command for PermissionState {
     type Provider = AndroidProvider;
@@ -254,16 +267,9 @@ impl Command for PermissionState {
             let device = device(args.adb.as_deref(), Some(&args.serial), &budget).await?;
             let (user, source) = match args.user_id {
                 Some(u) => (u, "argument"),
-                None => {
-                    let out = device.shell("am get-current-user", None, budget.adb()).await?;
-                    let text = out.stdout_text();
-                    let u = text.trim().parse::<u32>().map_err(|_| unavailable("am get-current-user did not print a user id", &format!("{text}{}", out.stderr_text())))?;
-                    (u, "current-user")
-                }
+                None => (current_user(&device, &budget).await?, "current-user"),
             };
-            let out = device.shell(&command_line(&["dumpsys", "package", &args.package_name]), None, budget.adb()).await?;
-            let parsed = parse_package(&out.stdout_text(), &args.package_name)?;
-            let mut reply = permission_state(&parsed, &args.package_name, &args.permission, user)?;
+            let mut reply = read(&device, &args.package_name, &args.permission, user, &budget).await?;
             let app_op = match app_op_of(&args.permission) {
                 Some(op) => {
                     let mut argv = vec!["appops", "get"];

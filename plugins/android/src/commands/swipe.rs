@@ -7,10 +7,10 @@ use serde_json::json;
 
 use super::{Budget, cancellable, device};
 use crate::AndroidProvider;
-use crate::manifest::{object, pixel, props, shell_mutation};
+use crate::manifest::{object, pixel, props, device_mutation};
 
 fn spec() -> CommandSpec {
-    shell_mutation("swipe", "action", "android-device", "Swipe on the device screen (input swipe) through the managed shell worker; the phone's receipt decides the outcome.")
+    device_mutation("swipe", "action", "android-device", "Swipe on the device screen (input swipe) through the managed shell worker; the phone's receipt decides the outcome.")
         .permission("app.interact")
         .input_schema(object(
             props(json!({

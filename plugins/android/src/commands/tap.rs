@@ -9,7 +9,7 @@ use serde_json::{Map, json};
 
 use super::cancellable;
 use crate::AndroidProvider;
-use crate::manifest::{coordinate, object, package_name, port, props};
+use crate::manifest::{device_mutation, coordinate, object, package_name, port, props};
 use crate::native_exec::{App, open};
 
 pub const PROVIDER_UNAVAILABLE: &str = "provider_unavailable";
@@ -27,15 +27,8 @@ fn spec() -> CommandSpec {
     );
     // Scope app needs the app; so does the default scope.
     schema["anyOf"] = json!([{"required": ["packageName"]}, {"required": ["scope"], "properties": {"scope": {"const": "device"}}}]);
-    CommandSpec::mutation("tap")
-        .platform("android")
-        .domain("core")
-        .target_kind("android-app")
-        .summary("Tap screen coordinates once: through the app SDK's managed execution (scope app, receipt and settlement proof) or `input tap` (scope device); the foreground must be packageName. Never retried; a lost reply leaves the device unresolved.")
+    device_mutation("tap", "core", "android-app", "Tap screen coordinates once: through the app SDK's managed execution (scope app, receipt and settlement proof) or `input tap` (scope device); the foreground must be packageName. Never retried; a lost reply leaves the device unresolved.")
         .permission("app.interact")
-        .target_key("serial")
-        .device_key("serial")
-        .timeouts(30_000, 120_000)
         .input_schema(schema)
 }
 
@@ -83,15 +76,8 @@ impl Command for Tap {
 async fn device_tap(ctx: &Context<'_>, inv: &Invocation, args: &TapArgs) -> Result<serde_json::Value, ProviderError> {
     let budget = super::Budget::new(ctx, args.adb_timeout_ms);
     let device = super::device(args.adb.as_deref(), args.serial.as_deref(), &budget).await?;
-    let foreground = crate::foreground::probe(&device, budget.adb()).await?;
-    let fg_package = foreground.as_ref().map(|f| f.window.package.clone());
-    if let Some(package) = &args.package_name
-        && fg_package.as_deref() != Some(package.as_str())
-    {
-        return Err(ProviderError::new(crate::native_exec::FOREGROUND_PACKAGE_MISMATCH, format!("{package} is not in the foreground (foreground: {})", fg_package.as_deref().unwrap_or("none")))
-            .with_details(json!({"packageName": package, "foregroundPackage": fg_package}))
-            .not_dispatched());
-    }
+    let foreground = crate::foreground::require(&device, args.package_name.as_deref(), budget.adb()).await?;
+    let fg_package = foreground.map(|f| f.window.package);
     // `input tap` takes whole pixels.
     let (x, y) = (args.tap_x.round() as i64, args.tap_y.round() as i64);
     let (xs, ys) = (x.to_string(), y.to_string());

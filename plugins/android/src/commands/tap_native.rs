@@ -8,22 +8,15 @@ use serde_json::{Map, Value, json};
 
 use super::cancellable;
 use crate::AndroidProvider;
-use crate::manifest::{MUTATION_REQUIRED, object, package_name, port, props};
+use crate::manifest::{device_mutation, MUTATION_REQUIRED, object, package_name, port, props};
 use crate::native_exec::{App, open};
 use crate::native_target::{bind, selector_schema, summary};
 
 fn spec() -> CommandSpec {
     let mut required = MUTATION_REQUIRED.to_vec();
     required.push("selector");
-    CommandSpec::mutation("tap-native")
-        .platform("android")
-        .domain("core")
-        .target_kind("android-app")
-        .summary("Tap the one native view a selector names (text | resourceName | contentDescription, optionally within an ancestor), revalidated by the SDK against the reference from a fresh tree; receipt and settlement proof.")
+    device_mutation("tap-native", "core", "android-app", "Tap the one native view a selector names (text | resourceName | contentDescription, optionally within an ancestor), revalidated by the SDK against the reference from a fresh tree; receipt and settlement proof.")
         .permission("app.interact")
-        .target_key("serial")
-        .device_key("serial")
-        .timeouts(30_000, 120_000)
         .input_schema(object(props(json!({"packageName": package_name(), "port": port("Host port of an existing or wanted adb forward to the SDK socket"), "selector": selector_schema()})), &required))
 }
 

@@ -11,21 +11,14 @@ use super::cancellable;
 use super::tap::PROVIDER_UNAVAILABLE;
 use super::tap_native::tap_selector;
 use crate::AndroidProvider;
-use crate::manifest::{MUTATION_REQUIRED, object, package_name, port, props};
+use crate::manifest::{device_mutation, MUTATION_REQUIRED, object, package_name, port, props};
 use crate::native_exec::App;
 
 fn spec() -> CommandSpec {
     let mut required = MUTATION_REQUIRED.to_vec();
     required.push("targetText");
-    CommandSpec::mutation("tap-text")
-        .platform("android")
-        .domain("core")
-        .target_kind("android-app")
-        .summary("Tap the one view whose text is exactly targetText, through the native SDK (provider auto|native); flutter and uia are not available in this build.")
+    device_mutation("tap-text", "core", "android-app", "Tap the one view whose text is exactly targetText, through the native SDK (provider auto|native); flutter and uia are not available in this build.")
         .permission("app.interact")
-        .target_key("serial")
-        .device_key("serial")
-        .timeouts(30_000, 120_000)
         .input_schema(object(
             props(json!({
                 "packageName": package_name(), "port": port("Host port of an existing or wanted adb forward to the SDK socket"),

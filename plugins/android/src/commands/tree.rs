@@ -255,7 +255,20 @@ pub(crate) fn select(body: &Value, s: &Selection) -> Value {
         }
         nodes.push(node);
     });
-    json!({
+    reply(body, summaries, seen, json!({
+        "compact": s.compact,
+        "matched": matched + by_depth,
+        "returned": nodes.len(),
+        "truncated": by_depth + by_count > 0,
+        "dropped": {"maxNodes": by_count, "maxDepth": by_depth},
+        "nodes": nodes,
+    }))
+}
+
+/// The reply both tree forms share (activity, windows, node count) around the
+/// form's own fields, `updatedAtMs` last.
+fn reply(body: &Value, summaries: Vec<Value>, seen: usize, own: Value) -> Value {
+    let mut out = json!({
         "ok": true,
         "activity": body.get("activity"),
         "foregroundWindowId": body.get("foregroundWindowId"),
@@ -263,14 +276,12 @@ pub(crate) fn select(body: &Value, s: &Selection) -> Value {
         "windowCount": summaries.len(),
         "windows": summaries,
         "nodeCount": body.get("nodeCount").and_then(Value::as_u64).unwrap_or(seen as u64),
-        "compact": s.compact,
-        "matched": matched + by_depth,
-        "returned": nodes.len(),
-        "truncated": by_depth + by_count > 0,
-        "dropped": {"maxNodes": by_count, "maxDepth": by_depth},
-        "nodes": nodes,
-        "updatedAtMs": body.get("updatedAtMs"),
-    })
+    });
+    if let (Some(out), Value::Object(own)) = (out.as_object_mut(), own) {
+        out.extend(own);
+        out.insert("updatedAtMs".into(), body.get("updatedAtMs").cloned().unwrap_or(Value::Null));
+    }
+    out
 }
 
 /// Default and byte budget of the controls list (the host's summary budget is
@@ -357,22 +368,14 @@ pub(crate) fn controls(body: &Value, selection: &Selection, max: usize) -> Value
         bytes += size;
         list.push(c);
     });
-    json!({
-        "ok": true,
-        "activity": body.get("activity"),
-        "foregroundWindowId": body.get("foregroundWindowId"),
-        "foregroundWarning": body.get("foregroundWarning"),
-        "windowCount": summaries.len(),
-        "windows": summaries,
-        "nodeCount": body.get("nodeCount").and_then(Value::as_u64).unwrap_or(seen as u64),
+    reply(body, summaries, seen, json!({
         "visited": seen,
         "matched": matched,
         "controlCount": list.len(),
         "controlsTruncated": by_count + by_bytes > 0,
         "controlsDropped": {"maxControls": by_count, "maxBytes": by_bytes},
         "controls": list,
-        "updatedAtMs": body.get("updatedAtMs"),
-    })
+    }))
 }
 
 #[cfg(test)]

@@ -339,13 +339,19 @@ pub(crate) async fn command_action(ctx: &Context<'_>, action_id: &str, device: &
     };
     let action = Action { action_id, host_action_id, command, package };
     let run = run_argv(ctx, device, deadline, step, &action, argv).await?;
-    if run.exit_code != 0 {
-        return Err(ProviderError::new(SHELL_COMMAND_FAILED, format!("`{}` exited with {}: {}", argv.join(" "), run.exit_code, run.stderr_text().trim()))
-            .with_details(json!({"exitCode": run.exit_code, "stdout": run.stdout_text(), "stderr": run.stderr_text(), "execution": run.execution()}))
-            // The tool ran and its receipt says how it ended: a known outcome.
-            .settled_after_dispatch());
-    }
+    exited_zero(argv, &run)?;
     Ok(run)
+}
+
+/// A tool the worker ran must have exited 0; otherwise `shell_command_failed`, a
+/// known outcome (the tool ran and its receipt says how it ended).
+pub(crate) fn exited_zero(argv: &[&str], run: &ShellRun) -> Result<(), ProviderError> {
+    if run.exit_code == 0 {
+        return Ok(());
+    }
+    Err(ProviderError::new(SHELL_COMMAND_FAILED, format!("`{}` exited with {}: {}", argv.join(" "), run.exit_code, run.stderr_text().trim()))
+        .with_details(json!({"exitCode": run.exit_code, "stdout": run.stdout_text(), "stderr": run.stderr_text(), "execution": run.execution()}))
+        .settled_after_dispatch())
 }
 
 /// The Android tool the worker ran exited nonzero.
