@@ -4,7 +4,6 @@
 //! install-time permission) is `permission_change_denied` and changed nothing.
 
 use aab_plugin_api::{Command, CommandSpec, Context, Invocation, ProviderError, Reply};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::permission_state::{current_user, read};
@@ -29,16 +28,8 @@ fn spec(command: &str, what: &str) -> CommandSpec {
         ))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct PermissionChangeArgs {
-    pub serial: String,
-    pub package_name: String,
-    pub permission: String,
-    pub user_id: Option<u32>,
-    pub adb: Option<String>,
-    pub adb_timeout_ms: Option<u64>,
-}
+/// The same arguments as `permission-state` (one permission of one app and user).
+pub type PermissionChangeArgs = super::permission_state::PermissionArgs;
 
 async fn change(ctx: &Context<'_>, inv: &Invocation, command: &str, verb: &str, a: PermissionChangeArgs) -> Result<Value, ProviderError> {
     let budget = Budget::new(ctx, a.adb_timeout_ms);
