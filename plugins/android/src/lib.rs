@@ -19,6 +19,7 @@ mod commands;
 mod device_tests;
 #[allow(dead_code)]
 mod foreground;
+mod h5;
 mod manifest;
 mod native_exec;
 mod native_target;

@@ -44,6 +44,8 @@ pub struct Session {
     pub epoch: String,
     pub budget: Budget,
     pub foreground: Value,
+    /// The execution schema of the family this session acts in (native or H5).
+    pub schema: &'static str,
     /// When `open` started (the reply's `timingsMs` split the round trip).
     pub started: std::time::Instant,
 }
@@ -54,6 +56,13 @@ fn left(deadline: Deadline) -> Duration {
 
 /// Device, foreground (must be the app), SDK route and status with the schema.
 pub async fn open(ctx: &Context<'_>, app: &App) -> Result<Session, ProviderError> {
+    open_for(ctx, app, SCHEMA, check_status).await
+}
+
+/// [`open`] for another managed-execution family of the same SDK (H5): `check`
+/// reads the status (the schemas the family needs; returns the runtime epoch) and
+/// `schema` is the execution schema its actions carry.
+pub async fn open_for(ctx: &Context<'_>, app: &App, schema: &'static str, check: fn(&str, &Value) -> Result<String, ProviderError>) -> Result<Session, ProviderError> {
     let started = std::time::Instant::now();
     let budget = Budget::new(ctx, app.adb_timeout_ms);
     let device = device(app.adb.as_deref(), app.serial.as_deref(), &budget).await?;
@@ -62,13 +71,19 @@ pub async fn open(ctx: &Context<'_>, app: &App) -> Result<Session, ProviderError
     let target = SdkTarget { device, package: app.package.clone(), port: app.port };
     let route = target.route(budget.adb()).await?;
     let status = http::request(route.forward.port, "GET", "/v1/status", None, budget.adb()).await.map_err(|e| e.not_dispatched())?.body;
-    let epoch = check_status(&app.package, &status)?;
-    Ok(Session { serial, package: app.package.clone(), route, epoch, budget, foreground: foreground.map(|f| json!({"package": f.window.package, "activity": f.window.activity, "pid": f.process.pid})).unwrap_or(Value::Null), started })
+    let epoch = check(&app.package, &status)?;
+    Ok(Session { serial, package: app.package.clone(), route, epoch, budget, foreground: foreground.map(|f| json!({"package": f.window.package, "activity": f.window.activity, "pid": f.process.pid})).unwrap_or(Value::Null), schema, started })
 }
 
 /// The status must be ok, of this package, and advertise `aab.native-execution/v1`;
 /// returns the SDK's runtime epoch.
 pub fn check_status(package: &str, status: &Value) -> Result<String, ProviderError> {
+    check_status_with(package, status, &[("nativeExecutionSchema", SCHEMA)], NATIVE_EXECUTION_UNAVAILABLE)
+}
+
+/// [`check_status`] with the `debugBridge` schema fields a family requires
+/// (`(field, value)`); a missing or other value is `unavailable`, not dispatched.
+pub fn check_status_with(package: &str, status: &Value, required: &[(&str, &str)], unavailable: &str) -> Result<String, ProviderError> {
     if status.get("ok") != Some(&Value::Bool(true)) {
         let code = status.get("error").and_then(Value::as_str).unwrap_or(http::BRIDGE_PROTOCOL_ERROR).to_string();
         return Err(ProviderError::new(code, format!("the SDK of {package} refused the status read")).with_details(json!({"body": status})).not_dispatched());
@@ -78,10 +93,13 @@ pub fn check_status(package: &str, status: &Value) -> Result<String, ProviderErr
     {
         return Err(ProviderError::new(crate::sdk::endpoint::codes::BRIDGE_PACKAGE_MISMATCH, format!("the SDK status belongs to {found:?}, not {package:?}")).not_dispatched());
     }
-    if status.pointer("/debugBridge/nativeExecutionSchema").and_then(Value::as_str) != Some(SCHEMA) {
-        return Err(ProviderError::new(NATIVE_EXECUTION_UNAVAILABLE, format!("the SDK of {package} does not advertise {SCHEMA}; managed native actions are unavailable"))
-            .with_details(json!({"nativeExecutionSchema": status.pointer("/debugBridge/nativeExecutionSchema")}))
-            .not_dispatched());
+    for (field, want) in required {
+        let found = status.get("debugBridge").and_then(|b| b.get(*field));
+        if found.and_then(Value::as_str) != Some(*want) {
+            return Err(ProviderError::new(unavailable, format!("the SDK of {package} does not advertise {field} {want}; these managed actions are unavailable"))
+                .with_details(json!({ *field: found }))
+                .not_dispatched());
+        }
     }
     match status.pointer("/debugBridge/runtimeEpoch").and_then(Value::as_str) {
         Some(e) if crate::sdk::endpoint::is_runtime_epoch(e) => Ok(e.to_string()),
@@ -110,10 +128,14 @@ impl Session {
         let reserve = GRACE + CANCEL_TIMEOUT + Duration::from_millis(500);
         let timeout = if remaining > reserve * 2 { remaining - reserve } else { remaining / 2 };
         let timeout_ms = (timeout.as_millis() as u64).clamp(1, 2_147_483_647);
-        let execution = json!({"schemaVersion": SCHEMA, "actionId": action_id, "runtimeEpoch": self.epoch, "timeoutMs": timeout_ms});
+        let execution = json!({"schemaVersion": self.schema, "actionId": action_id, "runtimeEpoch": self.epoch, "timeoutMs": timeout_ms});
         body.insert("actionId".into(), json!(action_id));
         body.insert("execution".into(), execution.clone());
-        let device = json!({"actionId": action_id, "runtimeEpoch": self.epoch, "route": path, "port": self.route.forward.port, "socket": self.route.descriptor.socket_name});
+        let mut device = json!({"actionId": action_id, "runtimeEpoch": self.epoch, "route": path, "port": self.route.forward.port, "socket": self.route.descriptor.socket_name});
+        if self.schema != SCHEMA {
+            // Reconcile matches the receipt's execution schema (same cancel route).
+            device["executionSchema"] = json!(self.schema);
+        }
         let record = crate::action_record::record("native", command, &self.serial, Some(&self.package), device);
         let prepared = self.started.elapsed();
         crate::action_record::append(ctx, &action_id, &record)?;
@@ -124,7 +146,7 @@ impl Session {
         ctx.mark_dispatched();
         let reply = http::request(self.route.forward.port, "POST", path, Some(&body), http_deadline).await;
         let first = match reply {
-            Ok(r) => match classify(&r.body, &action_id, &self.epoch) {
+            Ok(r) => match classify(&r.body, self.schema, &action_id, &self.epoch) {
                 Reply::Rejected => {
                     let code = r.body["error"].as_str().unwrap_or("native_action_rejected").to_string();
                     let mut e = ProviderError::new(code, format!("the SDK refused the action before admission: {}", r.body["message"].as_str().unwrap_or("")))
@@ -155,7 +177,7 @@ impl Session {
             Ok(r) => r.body,
             Err(e) => json!({"transportError": e.error, "message": e.message}),
         };
-        if let Some(receipt) = matching_execution_result(&answer, &action_id, &self.epoch) {
+        if let Some(receipt) = matching_execution_result(&answer, self.schema, &action_id, &self.epoch) {
             return self.settled(path, receipt, Some(first));
         }
         let code = first["error"].as_str().filter(|c| !c.is_empty()).unwrap_or("native_action_unresolved").to_string();
@@ -205,9 +227,10 @@ pub fn is_rejection(body: &Value) -> bool {
         && o.get("ambiguous") == Some(&Value::Bool(false))
 }
 
-/// A terminal receipt of exactly this action (§1.6 invariants).
-pub fn is_settled_receipt(r: &Value, action_id: &str, epoch: &str) -> bool {
-    let exec = json!({"schemaVersion": SCHEMA, "actionId": action_id, "runtimeEpoch": epoch, "settled": true});
+/// A terminal receipt of exactly this action (§1.6 invariants) in the family
+/// whose execution schema is `schema`.
+pub fn is_settled_receipt(r: &Value, schema: &str, action_id: &str, epoch: &str) -> bool {
+    let exec = json!({"schemaVersion": schema, "actionId": action_id, "runtimeEpoch": epoch, "settled": true});
     let ok = r.get("ok").and_then(Value::as_bool);
     r.get("settled") == Some(&Value::Bool(true))
         && r.get("actionId").and_then(Value::as_str) == Some(action_id)
@@ -220,10 +243,10 @@ pub fn is_settled_receipt(r: &Value, action_id: &str, epoch: &str) -> bool {
         && (ok == Some(false) || r.get("ambiguous") == Some(&Value::Bool(false)))
 }
 
-fn classify(body: &Value, action_id: &str, epoch: &str) -> Reply {
+fn classify(body: &Value, schema: &str, action_id: &str, epoch: &str) -> Reply {
     if is_rejection(body) {
         Reply::Rejected
-    } else if is_settled_receipt(body, action_id, epoch) {
+    } else if is_settled_receipt(body, schema, action_id, epoch) {
         Reply::Settled
     } else {
         Reply::Unknown
@@ -231,12 +254,12 @@ fn classify(body: &Value, action_id: &str, epoch: &str) -> Reply {
 }
 
 /// The receipt inside a cancel answer `{ok:true, actionId, runtimeEpoch, executionResult}` of exactly this action.
-pub fn matching_execution_result(answer: &Value, action_id: &str, epoch: &str) -> Option<Value> {
+pub fn matching_execution_result(answer: &Value, schema: &str, action_id: &str, epoch: &str) -> Option<Value> {
     let r = answer.get("executionResult")?;
     (answer.get("ok") == Some(&Value::Bool(true))
         && answer.get("actionId").and_then(Value::as_str) == Some(action_id)
         && answer.get("runtimeEpoch").and_then(Value::as_str) == Some(epoch)
-        && is_settled_receipt(r, action_id, epoch))
+        && is_settled_receipt(r, schema, action_id, epoch))
     .then(|| r.clone())
 }
 
@@ -289,19 +312,19 @@ mod tests {
 
     #[test]
     fn settled_receipts_must_match_the_action() {
-        assert!(is_settled_receipt(&receipt(), "A", E));
-        assert!(!is_settled_receipt(&receipt(), "B", E));
+        assert!(is_settled_receipt(&receipt(), SCHEMA, "A", E));
+        assert!(!is_settled_receipt(&receipt(), SCHEMA, "B", E));
         let mut bad = receipt();
         bad["ambiguous"] = json!(true);
-        assert!(!is_settled_receipt(&bad, "A", E));
+        assert!(!is_settled_receipt(&bad, SCHEMA, "A", E));
         let mut failed = receipt();
         failed["ok"] = json!(false);
-        assert!(!is_settled_receipt(&failed, "A", E), "ok:false needs an error");
+        assert!(!is_settled_receipt(&failed, SCHEMA, "A", E), "ok:false needs an error");
         failed["error"] = json!("native_action_timeout");
-        assert!(is_settled_receipt(&failed, "A", E));
+        assert!(is_settled_receipt(&failed, SCHEMA, "A", E));
         let answer = json!({"ok": true, "actionId": "A", "runtimeEpoch": E, "executionResult": receipt()});
-        assert!(matching_execution_result(&answer, "A", E).is_some());
-        assert!(matching_execution_result(&json!({"ok": false, "error": "native_action_not_active"}), "A", E).is_none());
+        assert!(matching_execution_result(&answer, SCHEMA, "A", E).is_some());
+        assert!(matching_execution_result(&json!({"ok": false, "error": "native_action_not_active"}), SCHEMA, "A", E).is_none());
         let p = proof(&receipt());
         assert_eq!((p["kind"].as_str(), p["responseSha256"].as_str().map(str::len)), (Some("native"), Some(64)));
     }

@@ -75,7 +75,10 @@ async fn native(ctx: &Context<'_>, record: &Value) -> Result<(Value, Value), Val
         Ok(r) => r.body,
         Err(e) => return Err(unsettled("sdk_unreachable", json!({"error": e.error, "message": e.message}))),
     };
-    match matching_execution_result(&answer, action_id, epoch) {
+    // H5 actions share the SDK's action slot and cancel route; their receipt
+    // carries the execution schema the record names.
+    let schema = record.pointer("/device/executionSchema").and_then(Value::as_str).unwrap_or(crate::native_exec::SCHEMA);
+    match matching_execution_result(&answer, schema, action_id, epoch) {
         Some(receipt) => {
             let p = proof(&receipt);
             Ok((receipt, p))
