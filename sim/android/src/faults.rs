@@ -37,6 +37,12 @@ pub struct Faults {
     /// The app process dies while each of the next N admitted SDK actions runs
     /// (before its effect): the action never completes, the connection closes.
     pub sdk_crash_mid_action: u32,
+    /// Flutter: the Dart side is busy this long before it asks `checkFlutterAction` (a stop then settles undispatched).
+    pub flutter_action_queue_ms: u64,
+    /// Flutter: an action runs this long after its permission, before its effect (slow).
+    pub flutter_action_delay_ms: u64,
+    /// Flutter: the next N replies of `/v1/flutter/action` and `/v1/flutter/cancel` are lost after their effect.
+    pub flutter_drop_replies: u32,
 }
 
 impl Faults {

@@ -18,6 +18,8 @@ mod dumpsys;
 pub mod hold;
 pub mod faults;
 mod lifecycle;
+mod flutter;
+mod flutter_exec;
 mod observation;
 pub mod phone;
 pub mod rootfs;

@@ -108,6 +108,8 @@ pub struct ScreenSpec {
     /// Activity showing this screen; default the launcher activity.
     pub activity: Option<String>,
     pub root: NodeSpec,
+    /// A Flutter view on this screen (src/flutter.rs).
+    pub flutter: Option<crate::flutter::FlutterSpec>,
 }
 
 #[derive(Deserialize, Clone, Debug)]

@@ -127,6 +127,13 @@ async fn serve(dev: Arc<Device>, package: String, epoch: String, version: String
         return;
     };
     let (status, body) = match (req.method.as_str(), req.path.as_str()) {
+        ("POST", "/v1/flutter/action" | "/v1/flutter/cancel") => match crate::flutter_exec::handle(&dev, &package, &epoch, &req.path, &req.body).await {
+            Some(r) => r,
+            None => {
+                let _ = io.shutdown().await;
+                return;
+            }
+        },
         ("POST", p) if p.starts_with("/v1/action/") || p == "/v1/app/clear-data" => match crate::sdk_actions::handle(&dev, &package, &epoch, &req.path, &req.body).await {
             Some(r) => r,
             None => {
@@ -199,6 +206,7 @@ fn route(dev: &Device, package: &str, epoch: &str, version: &str, req: &Request)
                 let item = ph.apps[idx].capture_record(kind, body, action);
                 (200, json!({ "ok": true, "event": item }))
             }
+            ("GET", "/v1/flutter/snapshot") => (200, { let mut s = status(ph, idx, fg, epoch, version); s["flutter"] = crate::flutter::snapshot(ph, idx, true); s }),
             ("POST", "/v1/ui/observation") => (200, crate::observation::handle(epoch, &req.body)),
             // No Flutter engine runs in a simulated app: the Dart channel is absent.
             ("POST", "/v1/flutter/observation") => (200, json!({ "ok": false, "error": "flutter_channel_failed", "message": "no Flutter engine is attached to this process" })),
@@ -216,7 +224,7 @@ fn status(ph: &crate::phone::Phone, idx: usize, fg: bool, epoch: &str, version: 
             "name": "ai_app_bridge", "version": version, "transport": "localabstract", "runtimeEpoch": epoch,
             "nativeTargetSchema": "aab.native-target/v1", "nativeExecutionSchema": "aab.native-execution/v1",
             "h5ExecutionSchema": "aab.h5-execution/v1", "h5TargetSchema": "aab.android-h5-target/v1",
-            "h5Action": null, "nativeAction": crate::sdk_actions::active_identity(epoch), "flutterAction": null,
+            "h5Action": null, "nativeAction": crate::sdk_actions::active_identity(epoch), "flutterAction": crate::flutter_exec::active_identity(epoch),
             "captureTargetKey": app.package, "socketName": format!("aab-sdk-{epoch}"),
         },
         "app": { "packageName": app.package, "versionName": app.spec.version_name, "versionCode": app.spec.version_code.unwrap_or(1), "debuggable": app.debuggable() },
@@ -225,7 +233,7 @@ fn status(ph: &crate::phone::Phone, idx: usize, fg: bool, epoch: &str, version: 
         "capture": { "logs": app.capture.logs.len(), "network": app.capture.network.len(), "state": app.capture.state.len(), "events": app.capture.events.len() },
         "capturePersistence": { "persistent": false, "attachmentState": "disabled", "attachmentError": null, "lifecycleState": "resumed", "profile": null, "directory": null, "disabledReason": "simulator", "operation": null },
         "uiObservation": crate::observation::status(epoch),
-        "flutter": null,
+        "flutter": crate::flutter::snapshot(ph, idx, false),
         "updatedAtMs": now_ms(),
     })
 }

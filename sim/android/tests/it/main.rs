@@ -10,6 +10,7 @@ mod control;
 mod hold;
 mod native_slot;
 mod effects;
+mod flutter;
 mod sdk;
 mod support;
 mod userland;
