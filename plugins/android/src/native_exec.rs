@@ -27,6 +27,16 @@ const GRACE: Duration = Duration::from_millis(1500);
 /// The one cancel after a lost or invalid reply.
 const CANCEL_TIMEOUT: Duration = Duration::from_secs(4);
 
+/// A family of the SDK's managed actions: its execution schema, cancel route and
+/// the kind its action records and settlement proofs carry.
+pub struct Family {
+    pub schema: &'static str,
+    pub cancel: &'static str,
+    pub kind: &'static str,
+}
+
+pub const NATIVE: Family = Family { schema: SCHEMA, cancel: "/v1/action/cancel", kind: "native" };
+
 /// The app an action targets and how to reach it.
 pub struct App {
     pub package: String,
@@ -102,7 +112,13 @@ impl Session {
 
     /// Run one managed action: record, mark, POST once, classify (see the module doc).
     /// `extra_ms` widens the HTTP wait for actions that take time (gestures).
-    pub async fn execute(&self, ctx: &Context<'_>, inv: &Invocation, command: &str, path: &str, mut body: Map<String, Value>, extra_ms: u64) -> Result<Value, ProviderError> {
+    pub async fn execute(&self, ctx: &Context<'_>, inv: &Invocation, command: &str, path: &str, body: Map<String, Value>, extra_ms: u64) -> Result<Value, ProviderError> {
+        self.execute_as(&NATIVE, ctx, inv, command, path, body, extra_ms).await
+    }
+
+    /// [`Session::execute`] for any action family (Flutter: `aab.flutter-execution/v1`, `/v1/flutter/cancel`).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn execute_as(&self, fam: &Family, ctx: &Context<'_>, inv: &Invocation, command: &str, path: &str, mut body: Map<String, Value>, extra_ms: u64) -> Result<Value, ProviderError> {
         let action_id = inv.action_id.clone();
         // The SDK's timeout is the remaining deadline minus what the host needs
         // after it: the SDK's grace and the one cancel.
@@ -110,11 +126,11 @@ impl Session {
         let reserve = GRACE + CANCEL_TIMEOUT + Duration::from_millis(500);
         let timeout = if remaining > reserve * 2 { remaining - reserve } else { remaining / 2 };
         let timeout_ms = (timeout.as_millis() as u64).clamp(1, 2_147_483_647);
-        let execution = json!({"schemaVersion": SCHEMA, "actionId": action_id, "runtimeEpoch": self.epoch, "timeoutMs": timeout_ms});
+        let execution = json!({"schemaVersion": fam.schema, "actionId": action_id, "runtimeEpoch": self.epoch, "timeoutMs": timeout_ms});
         body.insert("actionId".into(), json!(action_id));
         body.insert("execution".into(), execution.clone());
         let device = json!({"actionId": action_id, "runtimeEpoch": self.epoch, "route": path, "port": self.route.forward.port, "socket": self.route.descriptor.socket_name});
-        let record = crate::action_record::record("native", command, &self.serial, Some(&self.package), device);
+        let record = crate::action_record::record(fam.kind, command, &self.serial, Some(&self.package), device);
         let prepared = self.started.elapsed();
         crate::action_record::append(ctx, &action_id, &record)?;
         let recorded = self.started.elapsed();
@@ -124,9 +140,9 @@ impl Session {
         ctx.mark_dispatched();
         let reply = http::request(self.route.forward.port, "POST", path, Some(&body), http_deadline).await;
         let first = match reply {
-            Ok(r) => match classify(&r.body, &action_id, &self.epoch) {
+            Ok(r) => match classify(fam.schema, &r.body, &action_id, &self.epoch) {
                 Reply::Rejected => {
-                    let code = r.body["error"].as_str().unwrap_or("native_action_rejected").to_string();
+                    let code = r.body["error"].as_str().map(str::to_string).unwrap_or_else(|| format!("{}_action_rejected", fam.kind));
                     let mut e = ProviderError::new(code, format!("the SDK refused the action before admission: {}", r.body["message"].as_str().unwrap_or("")))
                         .with_details(json!({"actionId": action_id, "runtimeEpoch": self.epoch, "route": path, "device": r.body}))
                         .not_dispatched();
@@ -138,7 +154,7 @@ impl Session {
                 Reply::Settled => {
                     let ms = |d: Duration| (d.as_secs_f64() * 1000.0 * 10.0).round() / 10.0;
                     let timings = json!({"prepareMs": ms(prepared), "recordMs": ms(recorded - prepared), "actionMs": ms(self.started.elapsed() - recorded)});
-                    return self.settled(path, r.body, None).map(|mut v| {
+                    return self.settled(fam, path, r.body, None).map(|mut v| {
                         v["timingsMs"] = timings;
                         v
                     });
@@ -151,21 +167,21 @@ impl Session {
         };
         // Lost, pending or invalid: ONE cancel with the same identity.
         let cancel_body = json!({"actionId": action_id, "runtimeEpoch": self.epoch});
-        let answer = match http::request(self.route.forward.port, "POST", "/v1/action/cancel", Some(&cancel_body), Deadline::after(CANCEL_TIMEOUT)).await {
+        let answer = match http::request(self.route.forward.port, "POST", fam.cancel, Some(&cancel_body), Deadline::after(CANCEL_TIMEOUT)).await {
             Ok(r) => r.body,
             Err(e) => json!({"transportError": e.error, "message": e.message}),
         };
-        if let Some(receipt) = matching_execution_result(&answer, &action_id, &self.epoch) {
-            return self.settled(path, receipt, Some(first));
+        if let Some(receipt) = matching_result_of(fam.schema, &answer, &action_id, &self.epoch) {
+            return self.settled(fam, path, receipt, Some(first));
         }
-        let code = first["error"].as_str().filter(|c| !c.is_empty()).unwrap_or("native_action_unresolved").to_string();
+        let code = first["error"].as_str().filter(|c| !c.is_empty()).map(str::to_string).unwrap_or_else(|| format!("{}_action_unresolved", fam.kind));
         Err(ProviderError::new(code, "the SDK's reply was lost or unsettled and its cancel returned no matching receipt: the action's outcome is unknown (device unresolved; run device-ownership reconcile)")
             .with_details(json!({"actionId": action_id, "runtimeEpoch": self.epoch, "route": path, "ambiguous": true, "first": first, "cancel": answer})))
     }
 
     /// A settled receipt: success, or the SDK's failure with its dispatch fact.
-    fn settled(&self, path: &str, receipt: Value, recovered: Option<Value>) -> Result<Value, ProviderError> {
-        let proof = proof(&receipt);
+    fn settled(&self, fam: &Family, path: &str, receipt: Value, recovered: Option<Value>) -> Result<Value, ProviderError> {
+        let proof = proof_of(fam.kind, &receipt);
         let action_id = receipt["actionId"].clone();
         if receipt["ok"] == true {
             let mut out = json!({"ok": true, "serial": self.serial, "packageName": self.package, "actionId": action_id, "runtimeEpoch": self.epoch, "route": path, "foreground": self.foreground, "device": receipt, "proof": proof});
@@ -174,7 +190,7 @@ impl Session {
             }
             return Ok(out);
         }
-        let code = receipt["error"].as_str().unwrap_or("native_action_failed").to_string();
+        let code = receipt["error"].as_str().map(str::to_string).unwrap_or_else(|| format!("{}_action_failed", fam.kind));
         let e = ProviderError::new(code, format!("the SDK settled the action as failed: {}", receipt["message"].as_str().unwrap_or("")))
             .with_details(json!({"actionId": action_id, "runtimeEpoch": self.epoch, "route": path, "device": receipt, "proof": proof, "recoveredBy": recovered}));
         let e = match receipt.get("field").and_then(Value::as_str) {
@@ -206,8 +222,14 @@ pub fn is_rejection(body: &Value) -> bool {
 }
 
 /// A terminal receipt of exactly this action (§1.6 invariants).
+#[cfg_attr(not(test), allow(dead_code))]
 pub fn is_settled_receipt(r: &Value, action_id: &str, epoch: &str) -> bool {
-    let exec = json!({"schemaVersion": SCHEMA, "actionId": action_id, "runtimeEpoch": epoch, "settled": true});
+    is_settled_receipt_of(SCHEMA, r, action_id, epoch)
+}
+
+/// [`is_settled_receipt`] of any execution schema.
+pub fn is_settled_receipt_of(schema: &str, r: &Value, action_id: &str, epoch: &str) -> bool {
+    let exec = json!({"schemaVersion": schema, "actionId": action_id, "runtimeEpoch": epoch, "settled": true});
     let ok = r.get("ok").and_then(Value::as_bool);
     r.get("settled") == Some(&Value::Bool(true))
         && r.get("actionId").and_then(Value::as_str) == Some(action_id)
@@ -220,10 +242,10 @@ pub fn is_settled_receipt(r: &Value, action_id: &str, epoch: &str) -> bool {
         && (ok == Some(false) || r.get("ambiguous") == Some(&Value::Bool(false)))
 }
 
-fn classify(body: &Value, action_id: &str, epoch: &str) -> Reply {
+fn classify(schema: &str, body: &Value, action_id: &str, epoch: &str) -> Reply {
     if is_rejection(body) {
         Reply::Rejected
-    } else if is_settled_receipt(body, action_id, epoch) {
+    } else if is_settled_receipt_of(schema, body, action_id, epoch) {
         Reply::Settled
     } else {
         Reply::Unknown
@@ -231,20 +253,32 @@ fn classify(body: &Value, action_id: &str, epoch: &str) -> Reply {
 }
 
 /// The receipt inside a cancel answer `{ok:true, actionId, runtimeEpoch, executionResult}` of exactly this action.
+#[cfg_attr(not(test), allow(dead_code))]
 pub fn matching_execution_result(answer: &Value, action_id: &str, epoch: &str) -> Option<Value> {
+    matching_result_of(SCHEMA, answer, action_id, epoch)
+}
+
+/// [`matching_execution_result`] of any execution schema.
+pub fn matching_result_of(schema: &str, answer: &Value, action_id: &str, epoch: &str) -> Option<Value> {
     let r = answer.get("executionResult")?;
     (answer.get("ok") == Some(&Value::Bool(true))
         && answer.get("actionId").and_then(Value::as_str) == Some(action_id)
         && answer.get("runtimeEpoch").and_then(Value::as_str) == Some(epoch)
-        && is_settled_receipt(r, action_id, epoch))
+        && is_settled_receipt_of(schema, r, action_id, epoch))
     .then(|| r.clone())
 }
 
 /// The compact settlement proof of a terminal receipt.
+#[cfg_attr(not(test), allow(dead_code))]
 pub fn proof(receipt: &Value) -> Value {
+    proof_of("native", receipt)
+}
+
+/// [`proof`] of an action family's receipt.
+pub fn proof_of(kind: &str, receipt: &Value) -> Value {
     let sha = Sha256::digest(serde_json::to_vec(receipt).unwrap_or_default());
     json!({
-        "kind": "native", "settled": true, "actionId": receipt["actionId"], "runtimeEpoch": receipt["runtimeEpoch"], "execution": receipt["execution"],
+        "kind": kind, "settled": true, "actionId": receipt["actionId"], "runtimeEpoch": receipt["runtimeEpoch"], "execution": receipt["execution"],
         "dispatched": receipt["dispatched"], "ambiguous": receipt["ambiguous"], "error": receipt.get("error").cloned().unwrap_or(Value::Null),
         "responseSha256": sha.iter().map(|b| format!("{b:02x}")).collect::<String>(),
     })
