@@ -75,13 +75,73 @@ fn read_spec(command: &str, summary: &str) -> CommandSpec {
         .target_key("packageName")
         .lane("observation")
         .timeouts(10_000, 30_000)
-        .input_schema(object(props(json!({"packageName": package_name(), "port": port_prop()})), &["packageName"]))
+        .input_schema(object(
+            props(json!({
+                "packageName": package_name(), "port": port_prop(),
+                "maxNodes": {"type": "integer", "minimum": 1, "maximum": 600, "description": "Return at most this many operable nodes (default 100); the rest are counted in dropped"},
+                "visibleOnly": {"type": "boolean", "description": "Keep only visible operable nodes (default false)"},
+                "textFilter": {"type": "string", "minLength": 1, "maxLength": 1024, "description": "Keep operable nodes whose text, label or value contains this (case-insensitive)"}
+            })),
+            &["packageName"],
+        ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ReadArgs {
+    pub package_name: String,
+    pub serial: Option<String>,
+    pub port: Option<u16>,
+    pub adb: Option<String>,
+    pub adb_timeout_ms: Option<u64>,
+    pub max_nodes: Option<usize>,
+    #[serde(default)]
+    pub visible_only: bool,
+    pub text_filter: Option<String>,
+}
+
+/// A node without its null fields and without a `tap` object that repeats its bounds.
+fn compact(n: &Value) -> Value {
+    let mut o: Map<String, Value> = n.as_object().cloned().unwrap_or_default();
+    o.retain(|_, v| !v.is_null());
+    if o.get("tap").and_then(|t| t.get("bounds")) == o.get("bounds") {
+        o.remove("tap");
+    }
+    Value::Object(o)
+}
+
+/// The operable nodes after the filters and `maxNodes` (default 100), and how many each dropped.
+fn shape(op: &Value, args: &ReadArgs) -> (Vec<Value>, Value) {
+    let all = op["nodes"].as_array().cloned().unwrap_or_default();
+    let needle = args.text_filter.as_ref().map(|t| t.to_lowercase());
+    let filtered: Vec<&Value> = all
+        .iter()
+        .filter(|n| !args.visible_only || n["visible"] == true)
+        .filter(|n| needle.as_ref().is_none_or(|t| ["text", "label", "value"].iter().any(|k| n[*k].as_str().is_some_and(|v| v.to_lowercase().contains(t)))))
+        .collect();
+    let max = args.max_nodes.unwrap_or(100);
+    let kept: Vec<Value> = filtered.iter().take(max).map(|n| compact(n)).collect();
+    let dropped = json!({"filters": all.len() - filtered.len(), "maxNodes": filtered.len().saturating_sub(max)});
+    (kept, dropped)
+}
+
+/// The widget inspector tree cut to `budget` entries (pre-order).
+fn prune(node: &Value, budget: &mut usize) -> Value {
+    if *budget == 0 {
+        return Value::Null;
+    }
+    *budget -= 1;
+    let mut o = node.clone();
+    let kids: Vec<Value> = node["children"].as_array().cloned().unwrap_or_default().iter().map(|k| prune(k, budget)).filter(|k| !k.is_null()).collect();
+    o["children"] = json!(kids);
+    o
 }
 
 /// A fresh snapshot through the SDK (a read: failures are not dispatched).
-async fn snapshot(ctx: &Context<'_>, args: &AppArgs) -> Result<(String, Value), ProviderError> {
+async fn snapshot(ctx: &Context<'_>, args: &ReadArgs) -> Result<(String, Value), ProviderError> {
     let budget = Budget::new(ctx, args.adb_timeout_ms);
-    let (serial, route) = sdk_route(args, &budget).await?;
+    let app = AppArgs { package_name: args.package_name.clone(), serial: args.serial.clone(), port: args.port, adb: args.adb.clone(), adb_timeout_ms: args.adb_timeout_ms };
+    let (serial, route) = sdk_route(&app, &budget).await?;
     let status = http::request(route.forward.port, "GET", "/v1/flutter/snapshot", None, budget.adb()).await.map_err(|e| e.not_dispatched())?.body;
     Ok((serial, check_snapshot(&args.package_name, &status)?))
 }
@@ -89,14 +149,29 @@ async fn snapshot(ctx: &Context<'_>, args: &AppArgs) -> Result<(String, Value), 
 pub struct FlutterTree;
 impl Command for FlutterTree {
     type Provider = AndroidProvider;
-    type Args = AppArgs;
+    type Args = ReadArgs;
     fn spec() -> CommandSpec {
         read_spec("flutter-tree", "The Flutter view's layout from the Dart runtime (GET /v1/flutter/snapshot): the operable tree (nodes with targetRef aab.flutter-target/v1, ≤600 nodes, truncated flag), widget inspector, widget dump and semantics layers, with the runtime epoch, route and device-pixel ratio.")
     }
-    async fn run(_: &AndroidProvider, ctx: &Context<'_>, _: &Invocation, args: AppArgs) -> Result<Reply, ProviderError> {
+    async fn run(_: &AndroidProvider, ctx: &Context<'_>, _: &Invocation, args: ReadArgs) -> Result<Reply, ProviderError> {
         cancellable(ctx, async {
-            let (serial, flutter) = snapshot(ctx, &args).await?;
-            Ok(Reply::Json(json!({"ok": true, "serial": serial, "packageName": args.package_name, "runtimeEpoch": flutter["runtimeEpoch"], "flutter": flutter})))
+            let (serial, mut flutter) = snapshot(ctx, &args).await?;
+            // The reply stays within the host's delivery budget: nodes shaped as for
+            // flutter-nodes, the other layers cut to the same size (counted in dropped).
+            let max = args.max_nodes.unwrap_or(100);
+            let layout = &mut flutter["layout"];
+            let (nodes, dropped) = shape(&layout["operable"], &args);
+            layout["operable"]["nodes"] = json!(nodes);
+            let mut budget = max;
+            let inspector_total = layout["widgetInspector"]["count"].as_u64().unwrap_or(0);
+            layout["widgetInspector"]["root"] = prune(&layout["widgetInspector"]["root"], &mut budget);
+            let sem: Vec<Value> = layout["semantics"]["nodes"].as_array().cloned().unwrap_or_default();
+            layout["semantics"]["nodes"] = json!(sem.iter().take(max).cloned().collect::<Vec<_>>());
+            let dump = layout["widgetDump"].as_str().unwrap_or("").to_string();
+            let lines: Vec<&str> = dump.lines().collect();
+            layout["widgetDump"] = json!(lines.iter().take(max).cloned().collect::<Vec<_>>().join("\n"));
+            let dropped = json!({"operable": dropped, "widgetInspector": inspector_total.saturating_sub((max - budget) as u64), "semantics": sem.len().saturating_sub(max), "widgetDumpLines": lines.len().saturating_sub(max)});
+            Ok(Reply::Json(json!({"ok": true, "serial": serial, "packageName": args.package_name, "runtimeEpoch": flutter["runtimeEpoch"], "flutter": flutter, "dropped": dropped})))
         })
         .await
     }
@@ -105,18 +180,19 @@ impl Command for FlutterTree {
 pub struct FlutterNodes;
 impl Command for FlutterNodes {
     type Provider = AndroidProvider;
-    type Args = AppArgs;
+    type Args = ReadArgs;
     fn spec() -> CommandSpec {
         read_spec("flutter-nodes", "The Flutter view's operable nodes (id, widgetType, text, value, label, hint, role, actions, bounds in logical px, enabled/visible/offstage, targetRef) with counts, truncated flag and viewport.")
     }
-    async fn run(_: &AndroidProvider, ctx: &Context<'_>, _: &Invocation, args: AppArgs) -> Result<Reply, ProviderError> {
+    async fn run(_: &AndroidProvider, ctx: &Context<'_>, _: &Invocation, args: ReadArgs) -> Result<Reply, ProviderError> {
         cancellable(ctx, async {
             let (serial, flutter) = snapshot(ctx, &args).await?;
             let op = &flutter["layout"]["operable"];
+            let (nodes, dropped) = shape(op, &args);
             Ok(Reply::Json(json!({
                 "ok": true, "serial": serial, "packageName": args.package_name, "runtimeEpoch": op["runtimeEpoch"], "executionSchema": op["executionSchema"],
                 "route": flutter["route"], "devicePixelRatio": flutter["devicePixelRatio"], "count": op["count"], "visitedCount": op["visitedCount"],
-                "textCount": op["textCount"], "actionCount": op["actionCount"], "truncated": op["truncated"], "viewport": op["viewport"], "nodes": op["nodes"],
+                "textCount": op["textCount"], "actionCount": op["actionCount"], "truncated": op["truncated"], "viewport": op["viewport"], "returned": nodes.len(), "dropped": dropped, "nodes": nodes,
             })))
         })
         .await
