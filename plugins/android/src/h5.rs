@@ -14,7 +14,7 @@ use aab_plugin_api::{Context, Invocation, ProviderError};
 use serde_json::{Map, Value, json};
 
 use crate::adb::Deadline;
-use crate::native_exec::{App, Session, check_status_with, open_for};
+use crate::native_exec::{App, Family, Session, check_status_with, open_for};
 use crate::sdk::http;
 
 pub const TARGET_SCHEMA: &str = "aab.android-h5-target/v1";
@@ -99,9 +99,13 @@ pub fn check_status(package: &str, status: &Value) -> Result<String, ProviderErr
     check_status_with(package, status, &[("h5TargetSchema", TARGET_SCHEMA), ("h5ExecutionSchema", EXECUTION_SCHEMA)], H5_EXECUTION_UNAVAILABLE)
 }
 
+/// H5 actions: their own execution schema, but the SDK's one action slot and its
+/// cancel route (`/v1/action/cancel` answers with their receipt).
+pub const FAMILY: Family = Family { schema: EXECUTION_SCHEMA, cancel: "/v1/action/cancel", kind: "h5" };
+
 /// Device, foreground proof, SDK route and an H5-capable status.
 pub async fn open(ctx: &Context<'_>, app: &App) -> Result<Session, ProviderError> {
-    open_for(ctx, app, EXECUTION_SCHEMA, check_status).await
+    open_for(ctx, app, &FAMILY, check_status).await
 }
 
 /// Percent-encode a query value (RFC 3986 unreserved characters stay).

@@ -18,6 +18,7 @@ mod commands;
 #[cfg(test)]
 mod device_tests;
 #[allow(dead_code)]
+mod flutter;
 mod foreground;
 mod h5;
 mod manifest;

@@ -27,6 +27,16 @@ const GRACE: Duration = Duration::from_millis(1500);
 /// The one cancel after a lost or invalid reply.
 const CANCEL_TIMEOUT: Duration = Duration::from_secs(4);
 
+/// A family of the SDK's managed actions: its execution schema, cancel route and
+/// the kind its action records and settlement proofs carry.
+pub struct Family {
+    pub schema: &'static str,
+    pub cancel: &'static str,
+    pub kind: &'static str,
+}
+
+pub const NATIVE: Family = Family { schema: SCHEMA, cancel: "/v1/action/cancel", kind: "native" };
+
 /// The app an action targets and how to reach it.
 pub struct App {
     pub package: String,
@@ -44,8 +54,8 @@ pub struct Session {
     pub epoch: String,
     pub budget: Budget,
     pub foreground: Value,
-    /// The execution schema of the family this session acts in (native or H5).
-    pub schema: &'static str,
+    /// The action family [`Session::execute`] acts in (native, or H5 through [`open_for`]).
+    pub family: &'static Family,
     /// When `open` started (the reply's `timingsMs` split the round trip).
     pub started: std::time::Instant,
 }
@@ -56,13 +66,13 @@ fn left(deadline: Deadline) -> Duration {
 
 /// Device, foreground (must be the app), SDK route and status with the schema.
 pub async fn open(ctx: &Context<'_>, app: &App) -> Result<Session, ProviderError> {
-    open_for(ctx, app, SCHEMA, check_status).await
+    open_for(ctx, app, &NATIVE, check_status).await
 }
 
 /// [`open`] for another managed-execution family of the same SDK (H5): `check`
 /// reads the status (the schemas the family needs; returns the runtime epoch) and
-/// `schema` is the execution schema its actions carry.
-pub async fn open_for(ctx: &Context<'_>, app: &App, schema: &'static str, check: fn(&str, &Value) -> Result<String, ProviderError>) -> Result<Session, ProviderError> {
+/// `family` is what [`Session::execute`] sends and records.
+pub async fn open_for(ctx: &Context<'_>, app: &App, family: &'static Family, check: fn(&str, &Value) -> Result<String, ProviderError>) -> Result<Session, ProviderError> {
     let started = std::time::Instant::now();
     let budget = Budget::new(ctx, app.adb_timeout_ms);
     let device = device(app.adb.as_deref(), app.serial.as_deref(), &budget).await?;
@@ -72,7 +82,7 @@ pub async fn open_for(ctx: &Context<'_>, app: &App, schema: &'static str, check:
     let route = target.route(budget.adb()).await?;
     let status = http::request(route.forward.port, "GET", "/v1/status", None, budget.adb()).await.map_err(|e| e.not_dispatched())?.body;
     let epoch = check(&app.package, &status)?;
-    Ok(Session { serial, package: app.package.clone(), route, epoch, budget, foreground: foreground.map(|f| json!({"package": f.window.package, "activity": f.window.activity, "pid": f.process.pid})).unwrap_or(Value::Null), schema, started })
+    Ok(Session { serial, package: app.package.clone(), route, epoch, budget, foreground: foreground.map(|f| json!({"package": f.window.package, "activity": f.window.activity, "pid": f.process.pid})).unwrap_or(Value::Null), family, started })
 }
 
 /// The status must be ok, of this package, and advertise `aab.native-execution/v1`;
@@ -120,7 +130,13 @@ impl Session {
 
     /// Run one managed action: record, mark, POST once, classify (see the module doc).
     /// `extra_ms` widens the HTTP wait for actions that take time (gestures).
-    pub async fn execute(&self, ctx: &Context<'_>, inv: &Invocation, command: &str, path: &str, mut body: Map<String, Value>, extra_ms: u64) -> Result<Value, ProviderError> {
+    pub async fn execute(&self, ctx: &Context<'_>, inv: &Invocation, command: &str, path: &str, body: Map<String, Value>, extra_ms: u64) -> Result<Value, ProviderError> {
+        self.execute_as(self.family, ctx, inv, command, path, body, extra_ms).await
+    }
+
+    /// [`Session::execute`] for any action family (Flutter: `aab.flutter-execution/v1`, `/v1/flutter/cancel`).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn execute_as(&self, fam: &Family, ctx: &Context<'_>, inv: &Invocation, command: &str, path: &str, mut body: Map<String, Value>, extra_ms: u64) -> Result<Value, ProviderError> {
         let action_id = inv.action_id.clone();
         // The SDK's timeout is the remaining deadline minus what the host needs
         // after it: the SDK's grace and the one cancel.
@@ -128,15 +144,11 @@ impl Session {
         let reserve = GRACE + CANCEL_TIMEOUT + Duration::from_millis(500);
         let timeout = if remaining > reserve * 2 { remaining - reserve } else { remaining / 2 };
         let timeout_ms = (timeout.as_millis() as u64).clamp(1, 2_147_483_647);
-        let execution = json!({"schemaVersion": self.schema, "actionId": action_id, "runtimeEpoch": self.epoch, "timeoutMs": timeout_ms});
+        let execution = json!({"schemaVersion": fam.schema, "actionId": action_id, "runtimeEpoch": self.epoch, "timeoutMs": timeout_ms});
         body.insert("actionId".into(), json!(action_id));
         body.insert("execution".into(), execution.clone());
-        let mut device = json!({"actionId": action_id, "runtimeEpoch": self.epoch, "route": path, "port": self.route.forward.port, "socket": self.route.descriptor.socket_name});
-        if self.schema != SCHEMA {
-            // Reconcile matches the receipt's execution schema (same cancel route).
-            device["executionSchema"] = json!(self.schema);
-        }
-        let record = crate::action_record::record("native", command, &self.serial, Some(&self.package), device);
+        let device = json!({"actionId": action_id, "runtimeEpoch": self.epoch, "route": path, "port": self.route.forward.port, "socket": self.route.descriptor.socket_name});
+        let record = crate::action_record::record(fam.kind, command, &self.serial, Some(&self.package), device);
         let prepared = self.started.elapsed();
         crate::action_record::append(ctx, &action_id, &record)?;
         let recorded = self.started.elapsed();
@@ -146,9 +158,9 @@ impl Session {
         ctx.mark_dispatched();
         let reply = http::request(self.route.forward.port, "POST", path, Some(&body), http_deadline).await;
         let first = match reply {
-            Ok(r) => match classify(&r.body, self.schema, &action_id, &self.epoch) {
+            Ok(r) => match classify(fam.schema, &r.body, &action_id, &self.epoch) {
                 Reply::Rejected => {
-                    let code = r.body["error"].as_str().unwrap_or("native_action_rejected").to_string();
+                    let code = r.body["error"].as_str().map(str::to_string).unwrap_or_else(|| format!("{}_action_rejected", fam.kind));
                     let mut e = ProviderError::new(code, format!("the SDK refused the action before admission: {}", r.body["message"].as_str().unwrap_or("")))
                         .with_details(json!({"actionId": action_id, "runtimeEpoch": self.epoch, "route": path, "device": r.body}))
                         .not_dispatched();
@@ -160,7 +172,7 @@ impl Session {
                 Reply::Settled => {
                     let ms = |d: Duration| (d.as_secs_f64() * 1000.0 * 10.0).round() / 10.0;
                     let timings = json!({"prepareMs": ms(prepared), "recordMs": ms(recorded - prepared), "actionMs": ms(self.started.elapsed() - recorded)});
-                    return self.settled(path, r.body, None).map(|mut v| {
+                    return self.settled(fam, path, r.body, None).map(|mut v| {
                         v["timingsMs"] = timings;
                         v
                     });
@@ -173,21 +185,21 @@ impl Session {
         };
         // Lost, pending or invalid: ONE cancel with the same identity.
         let cancel_body = json!({"actionId": action_id, "runtimeEpoch": self.epoch});
-        let answer = match http::request(self.route.forward.port, "POST", "/v1/action/cancel", Some(&cancel_body), Deadline::after(CANCEL_TIMEOUT)).await {
+        let answer = match http::request(self.route.forward.port, "POST", fam.cancel, Some(&cancel_body), Deadline::after(CANCEL_TIMEOUT)).await {
             Ok(r) => r.body,
             Err(e) => json!({"transportError": e.error, "message": e.message}),
         };
-        if let Some(receipt) = matching_execution_result(&answer, self.schema, &action_id, &self.epoch) {
-            return self.settled(path, receipt, Some(first));
+        if let Some(receipt) = matching_result_of(fam.schema, &answer, &action_id, &self.epoch) {
+            return self.settled(fam, path, receipt, Some(first));
         }
-        let code = first["error"].as_str().filter(|c| !c.is_empty()).unwrap_or("native_action_unresolved").to_string();
+        let code = first["error"].as_str().filter(|c| !c.is_empty()).map(str::to_string).unwrap_or_else(|| format!("{}_action_unresolved", fam.kind));
         Err(ProviderError::new(code, "the SDK's reply was lost or unsettled and its cancel returned no matching receipt: the action's outcome is unknown (device unresolved; run device-ownership reconcile)")
             .with_details(json!({"actionId": action_id, "runtimeEpoch": self.epoch, "route": path, "ambiguous": true, "first": first, "cancel": answer})))
     }
 
     /// A settled receipt: success, or the SDK's failure with its dispatch fact.
-    fn settled(&self, path: &str, receipt: Value, recovered: Option<Value>) -> Result<Value, ProviderError> {
-        let proof = proof(&receipt);
+    fn settled(&self, fam: &Family, path: &str, receipt: Value, recovered: Option<Value>) -> Result<Value, ProviderError> {
+        let proof = proof_of(fam.kind, &receipt);
         let action_id = receipt["actionId"].clone();
         if receipt["ok"] == true {
             let mut out = json!({"ok": true, "serial": self.serial, "packageName": self.package, "actionId": action_id, "runtimeEpoch": self.epoch, "route": path, "foreground": self.foreground, "device": receipt, "proof": proof});
@@ -196,7 +208,7 @@ impl Session {
             }
             return Ok(out);
         }
-        let code = receipt["error"].as_str().unwrap_or("native_action_failed").to_string();
+        let code = receipt["error"].as_str().map(str::to_string).unwrap_or_else(|| format!("{}_action_failed", fam.kind));
         let e = ProviderError::new(code, format!("the SDK settled the action as failed: {}", receipt["message"].as_str().unwrap_or("")))
             .with_details(json!({"actionId": action_id, "runtimeEpoch": self.epoch, "route": path, "device": receipt, "proof": proof, "recoveredBy": recovered}));
         let e = match receipt.get("field").and_then(Value::as_str) {
@@ -227,9 +239,14 @@ pub fn is_rejection(body: &Value) -> bool {
         && o.get("ambiguous") == Some(&Value::Bool(false))
 }
 
-/// A terminal receipt of exactly this action (§1.6 invariants) in the family
-/// whose execution schema is `schema`.
-pub fn is_settled_receipt(r: &Value, schema: &str, action_id: &str, epoch: &str) -> bool {
+/// A terminal receipt of exactly this action (§1.6 invariants).
+#[cfg_attr(not(test), allow(dead_code))]
+pub fn is_settled_receipt(r: &Value, action_id: &str, epoch: &str) -> bool {
+    is_settled_receipt_of(SCHEMA, r, action_id, epoch)
+}
+
+/// [`is_settled_receipt`] of any execution schema.
+pub fn is_settled_receipt_of(schema: &str, r: &Value, action_id: &str, epoch: &str) -> bool {
     let exec = json!({"schemaVersion": schema, "actionId": action_id, "runtimeEpoch": epoch, "settled": true});
     let ok = r.get("ok").and_then(Value::as_bool);
     r.get("settled") == Some(&Value::Bool(true))
@@ -243,10 +260,10 @@ pub fn is_settled_receipt(r: &Value, schema: &str, action_id: &str, epoch: &str)
         && (ok == Some(false) || r.get("ambiguous") == Some(&Value::Bool(false)))
 }
 
-fn classify(body: &Value, schema: &str, action_id: &str, epoch: &str) -> Reply {
+fn classify(schema: &str, body: &Value, action_id: &str, epoch: &str) -> Reply {
     if is_rejection(body) {
         Reply::Rejected
-    } else if is_settled_receipt(body, schema, action_id, epoch) {
+    } else if is_settled_receipt_of(schema, body, action_id, epoch) {
         Reply::Settled
     } else {
         Reply::Unknown
@@ -254,20 +271,32 @@ fn classify(body: &Value, schema: &str, action_id: &str, epoch: &str) -> Reply {
 }
 
 /// The receipt inside a cancel answer `{ok:true, actionId, runtimeEpoch, executionResult}` of exactly this action.
-pub fn matching_execution_result(answer: &Value, schema: &str, action_id: &str, epoch: &str) -> Option<Value> {
+#[cfg_attr(not(test), allow(dead_code))]
+pub fn matching_execution_result(answer: &Value, action_id: &str, epoch: &str) -> Option<Value> {
+    matching_result_of(SCHEMA, answer, action_id, epoch)
+}
+
+/// [`matching_execution_result`] of any execution schema.
+pub fn matching_result_of(schema: &str, answer: &Value, action_id: &str, epoch: &str) -> Option<Value> {
     let r = answer.get("executionResult")?;
     (answer.get("ok") == Some(&Value::Bool(true))
         && answer.get("actionId").and_then(Value::as_str) == Some(action_id)
         && answer.get("runtimeEpoch").and_then(Value::as_str) == Some(epoch)
-        && is_settled_receipt(r, schema, action_id, epoch))
+        && is_settled_receipt_of(schema, r, action_id, epoch))
     .then(|| r.clone())
 }
 
 /// The compact settlement proof of a terminal receipt.
+#[cfg_attr(not(test), allow(dead_code))]
 pub fn proof(receipt: &Value) -> Value {
+    proof_of("native", receipt)
+}
+
+/// [`proof`] of an action family's receipt.
+pub fn proof_of(kind: &str, receipt: &Value) -> Value {
     let sha = Sha256::digest(serde_json::to_vec(receipt).unwrap_or_default());
     json!({
-        "kind": "native", "settled": true, "actionId": receipt["actionId"], "runtimeEpoch": receipt["runtimeEpoch"], "execution": receipt["execution"],
+        "kind": kind, "settled": true, "actionId": receipt["actionId"], "runtimeEpoch": receipt["runtimeEpoch"], "execution": receipt["execution"],
         "dispatched": receipt["dispatched"], "ambiguous": receipt["ambiguous"], "error": receipt.get("error").cloned().unwrap_or(Value::Null),
         "responseSha256": sha.iter().map(|b| format!("{b:02x}")).collect::<String>(),
     })
@@ -312,19 +341,19 @@ mod tests {
 
     #[test]
     fn settled_receipts_must_match_the_action() {
-        assert!(is_settled_receipt(&receipt(), SCHEMA, "A", E));
-        assert!(!is_settled_receipt(&receipt(), SCHEMA, "B", E));
+        assert!(is_settled_receipt(&receipt(), "A", E));
+        assert!(!is_settled_receipt(&receipt(), "B", E));
         let mut bad = receipt();
         bad["ambiguous"] = json!(true);
-        assert!(!is_settled_receipt(&bad, SCHEMA, "A", E));
+        assert!(!is_settled_receipt(&bad, "A", E));
         let mut failed = receipt();
         failed["ok"] = json!(false);
-        assert!(!is_settled_receipt(&failed, SCHEMA, "A", E), "ok:false needs an error");
+        assert!(!is_settled_receipt(&failed, "A", E), "ok:false needs an error");
         failed["error"] = json!("native_action_timeout");
-        assert!(is_settled_receipt(&failed, SCHEMA, "A", E));
+        assert!(is_settled_receipt(&failed, "A", E));
         let answer = json!({"ok": true, "actionId": "A", "runtimeEpoch": E, "executionResult": receipt()});
-        assert!(matching_execution_result(&answer, SCHEMA, "A", E).is_some());
-        assert!(matching_execution_result(&json!({"ok": false, "error": "native_action_not_active"}), SCHEMA, "A", E).is_none());
+        assert!(matching_execution_result(&answer, "A", E).is_some());
+        assert!(matching_execution_result(&json!({"ok": false, "error": "native_action_not_active"}), "A", E).is_none());
         let p = proof(&receipt());
         assert_eq!((p["kind"].as_str(), p["responseSha256"].as_str().map(str::len)), (Some("native"), Some(64)));
     }

@@ -6,6 +6,7 @@
 //! runtimeEpoch}`) and settle ONLY from a matching `executionResult`; anything
 //! else — not active, a new runtime (the SDK keeps its one receipt in memory),
 //! unreachable — stays unsettled with the reason and the device's answer.
+//! Flutter actions (kind `flutter`) ask `POST /v1/flutter/cancel` the same way.
 //! Shell actions ask the phone's shell worker for the job's durable receipt
 //! ([`crate::shell_exec::reconcile`]).
 
@@ -16,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::adb::Deadline;
 use crate::commands::{Budget, device};
-use crate::native_exec::{matching_execution_result, proof};
+use crate::native_exec::{Family, matching_result_of, proof_of};
 use crate::sdk::{SdkTarget, http};
 
 fn unsettled(reason: &str, answer: Value) -> Value {
@@ -30,7 +31,9 @@ pub async fn reconcile(ctx: &Context<'_>, request: Value) -> Result<Value, Provi
     };
     let Some(record) = crate::action_record::lookup(ctx, action_id)? else { return Ok(unsettled("no_action_record", Value::Null)) };
     let answer = match record["kind"].as_str() {
-        Some("native") => native(ctx, &record).await,
+        Some("native") => sdk(ctx, &record, &crate::native_exec::NATIVE).await,
+        Some("flutter") => sdk(ctx, &record, &crate::flutter::FAMILY).await,
+        Some("h5") => sdk(ctx, &record, &crate::h5::FAMILY).await,
         Some("shell") => {
             // The phone's receipt names the job; the host matches on its own action
             // identity, which the record ties to the job.
@@ -44,13 +47,14 @@ pub async fn reconcile(ctx: &Context<'_>, request: Value) -> Result<Value, Provi
         _ => return Ok(unsettled("unsupported_action_kind", json!({"kind": record["kind"]}))),
     };
     Ok(match answer {
-        Ok((device, proof)) => json!({"status": "settled", "receipt": {"actionId": action_id, "runtimeEpoch": pending["runtimeEpoch"], "kind": "native", "device": device, "proof": proof}}),
+        Ok((device, proof)) => json!({"status": "settled", "receipt": {"actionId": action_id, "runtimeEpoch": pending["runtimeEpoch"], "kind": record["kind"], "device": device, "proof": proof}}),
         Err(unsettled) => unsettled,
     })
 }
 
-/// Ask the SDK for the receipt of the recorded native action.
-async fn native(ctx: &Context<'_>, record: &Value) -> Result<(Value, Value), Value> {
+/// Ask the SDK for the receipt of the recorded action of `fam` (native: `/v1/action/cancel`,
+/// Flutter: `/v1/flutter/cancel` with the Dart runtime epoch).
+async fn sdk(ctx: &Context<'_>, record: &Value, fam: &Family) -> Result<(Value, Value), Value> {
     let (Some(serial), Some(package), Some(action_id), Some(epoch)) = (
         record["serial"].as_str(),
         record["packageName"].as_str(),
@@ -65,22 +69,20 @@ async fn native(ctx: &Context<'_>, record: &Value) -> Result<(Value, Value), Val
         .route(budget.adb())
         .await
         .map_err(|e| unsettled("sdk_unreachable", json!({"error": e.error, "message": e.message})))?;
-    if route.descriptor.runtime_epoch != epoch {
+    // (A Flutter record holds the Dart epoch: its SDK answers not-active for another engine.)
+    if fam.kind != "flutter" && route.descriptor.runtime_epoch != epoch {
         // The SDK keeps its one terminal receipt in memory: a new process cannot answer.
         return Err(unsettled("runtime_changed", json!({"recordedRuntimeEpoch": epoch, "currentRuntimeEpoch": route.descriptor.runtime_epoch})));
     }
     let body = json!({"actionId": action_id, "runtimeEpoch": epoch});
     let deadline = budget.deadline.capped(Duration::from_secs(4));
-    let answer = match http::request(route.forward.port, "POST", "/v1/action/cancel", Some(&body), Deadline::at(deadline.instant().into_std())).await {
+    let answer = match http::request(route.forward.port, "POST", fam.cancel, Some(&body), Deadline::at(deadline.instant().into_std())).await {
         Ok(r) => r.body,
         Err(e) => return Err(unsettled("sdk_unreachable", json!({"error": e.error, "message": e.message}))),
     };
-    // H5 actions share the SDK's action slot and cancel route; their receipt
-    // carries the execution schema the record names.
-    let schema = record.pointer("/device/executionSchema").and_then(Value::as_str).unwrap_or(crate::native_exec::SCHEMA);
-    match matching_execution_result(&answer, schema, action_id, epoch) {
+    match matching_result_of(fam.schema, &answer, action_id, epoch) {
         Some(receipt) => {
-            let p = proof(&receipt);
+            let p = proof_of(fam.kind, &receipt);
             Ok((receipt, p))
         }
         None => {

@@ -43,6 +43,8 @@ pub struct Faults {
     pub flutter_action_delay_ms: u64,
     /// Flutter: the next N replies of `/v1/flutter/action` and `/v1/flutter/cancel` are lost after their effect.
     pub flutter_drop_replies: u32,
+    /// Flutter: the engine restarts (new runtime epoch) right after each of the next N `GET /v1/flutter/snapshot` reads.
+    pub flutter_restart_after_snapshot: u32,
 }
 
 impl Faults {

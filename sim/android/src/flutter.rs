@@ -517,6 +517,23 @@ pub fn snapshot(ph: &Phone, idx: usize, with_layout: bool) -> Value {
     .unwrap_or(Value::Null)
 }
 
+/// `GET /v1/flutter/snapshot`: the status with the fresh snapshot (fault
+/// `flutterRestartAfterSnapshot`: the engine restarts right after this read).
+pub fn snapshot_reply(dev: &Device, ph: &Phone, idx: usize, mut status: Value) -> Value {
+    status["flutter"] = snapshot(ph, idx, true);
+    if !status["flutter"].is_null() && crate::faults::Faults::take(&mut dev.faults.lock().unwrap().flutter_restart_after_snapshot) {
+        let epoch = with_engine(ph, idx, |e, spec, _| {
+            *e = Engine::new(spec);
+            e.epoch.clone()
+        });
+        if let Some(p) = ph.apps[idx].process.as_ref() {
+            crate::flutter_exec::engine_restarted(&p.epoch);
+        }
+        dev.record("flutter-restart", json!({ "package": ph.apps[idx].package, "runtimeEpoch": epoch, "via": "fault" }));
+    }
+    status
+}
+
 // ------------------------------------------------------------------ control ops
 
 fn err(code: &str, message: impl Into<String>) -> Value {

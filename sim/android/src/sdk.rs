@@ -206,7 +206,7 @@ fn route(dev: &Device, package: &str, epoch: &str, version: &str, req: &Request)
                 let item = ph.apps[idx].capture_record(kind, body, action);
                 (200, json!({ "ok": true, "event": item }))
             }
-            ("GET", "/v1/flutter/snapshot") => (200, { let mut s = status(ph, idx, fg, epoch, version); s["flutter"] = crate::flutter::snapshot(ph, idx, true); s }),
+            ("GET", "/v1/flutter/snapshot") => (200, crate::flutter::snapshot_reply(dev, ph, idx, status(ph, idx, fg, epoch, version))),
             ("POST", "/v1/ui/observation") => (200, crate::observation::handle(epoch, &req.body)),
             // No Flutter engine runs in a simulated app: the Dart channel is absent.
             ("POST", "/v1/flutter/observation") => (200, json!({ "ok": false, "error": "flutter_channel_failed", "message": "no Flutter engine is attached to this process" })),

@@ -149,6 +149,10 @@ pub async fn handle(dev: &Arc<Device>, package: &str, epoch: &str, path: &str, b
     {
         return Some((200, r));
     }
+    // Mutual exclusion across action families: a running Flutter action excludes native ones.
+    if crate::flutter_exec::active_identity(epoch) != Value::Null {
+        return Some((200, reject("flutter_action_busy")));
+    }
     let active = with_slot(epoch, |s| {
         if s.active.is_some() {
             return Err(reject("native_action_busy"));
@@ -289,6 +293,9 @@ async fn cancel(req: &Map<String, Value>, epoch: &str) -> Option<(u16, Value)> {
 fn clear_data(dev: &Arc<Device>, package: &str, epoch: &str) -> Value {
     if with_slot(epoch, |s| s.active.is_some()) {
         return reject("native_action_busy");
+    }
+    if crate::flutter_exec::active_identity(epoch) != Value::Null {
+        return reject("flutter_action_busy");
     }
     let version = {
         let mut ph = dev.phone.lock().unwrap();

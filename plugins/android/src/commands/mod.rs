@@ -40,6 +40,7 @@ mod freeze;
 mod permission_change;
 mod appops_set;
 mod h5;
+mod flutter;
 
 /// Every Android command, in catalog order. One line per command: adding a command
 /// is a module with its spec, typed arguments and code, plus its line here.
@@ -81,6 +82,13 @@ pub fn list() -> Commands<AndroidProvider> {
         .add::<h5::H5Wait>()
         .add::<h5::H5Scroll>()
         .add::<h5::H5Eval>()
+        .add::<flutter::FlutterTree>()
+        .add::<flutter::FlutterNodes>()
+        .add::<flutter::FlutterAction>()
+        .add::<flutter::TapFlutter>()
+        .add::<flutter::TapFlutterText>()
+        .add::<flutter::InputFlutterText>()
+        .add::<flutter::ScrollFlutter>()
 }
 
 #[derive(Deserialize)]
@@ -150,7 +158,7 @@ mod tests {
     fn the_manifest_passes_the_sdk_checks() {
         let specs: Vec<CommandSpec> = list().specs().cloned().collect();
         let names: Vec<&str> = specs.iter().map(|c| c.command.as_str()).collect();
-        assert_eq!(names, ["status", "tree", "screenshot", "logs", "state", "network", "events", "logcat", "keyboard-state", "permission-state", "wait-text", "ui-observation", "forward", "remove-forward", "tap", "tap-native", "tap-text", "input-text", "native-gesture", "swipe", "keyevent", "hide-keyboard", "launch-app", "launch-activity", "clear-app-data", "freeze-app", "thaw-app", "permission-grant", "permission-revoke", "appops-set", "h5-dom", "h5-click", "h5-input", "h5-wait", "h5-scroll", "h5-eval"]);
+        assert_eq!(names, ["status", "tree", "screenshot", "logs", "state", "network", "events", "logcat", "keyboard-state", "permission-state", "wait-text", "ui-observation", "forward", "remove-forward", "tap", "tap-native", "tap-text", "input-text", "native-gesture", "swipe", "keyevent", "hide-keyboard", "launch-app", "launch-activity", "clear-app-data", "freeze-app", "thaw-app", "permission-grant", "permission-revoke", "appops-set", "h5-dom", "h5-click", "h5-input", "h5-wait", "h5-scroll", "h5-eval", "flutter-tree", "flutter-nodes", "flutter-action", "tap-flutter", "tap-flutter-text", "input-flutter-text", "scroll-flutter"]);
         crate::manifest::manifest().commands(specs).check().unwrap();
     }
 }

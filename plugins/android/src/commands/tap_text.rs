@@ -1,7 +1,9 @@
 //! `tap-text`: tap the one view whose text is exactly `targetText`. Provider
-//! `auto` picks the native SDK (the only provider in this build; the SDK must be
-//! present) and `native` pins it; `flutter` and `uia` answer
-//! `provider_unavailable` before anything is dispatched.
+//! `native` binds it in the SDK's native view tree, `flutter` in the Flutter
+//! view's operable tree (both from a fresh tree, then a managed action);
+//! `auto` tries native first and, only when no native view has that text
+//! (`native_selector_not_found`, nothing dispatched), the Flutter view;
+//! `uia` answers `provider_unavailable` before anything is dispatched.
 
 use aab_plugin_api::{Command, CommandSpec, Context, Invocation, ProviderError, Reply};
 use serde::Deserialize;
@@ -9,6 +11,7 @@ use serde_json::json;
 
 use super::cancellable;
 use super::tap::PROVIDER_UNAVAILABLE;
+use super::flutter::tap_flutter_text;
 use super::tap_native::tap_selector;
 use crate::AndroidProvider;
 use crate::manifest::{device_mutation, MUTATION_REQUIRED, object, package_name, port, props};
@@ -17,13 +20,13 @@ use crate::native_exec::App;
 fn spec() -> CommandSpec {
     let mut required = MUTATION_REQUIRED.to_vec();
     required.push("targetText");
-    device_mutation("tap-text", "core", "android-app", "Tap the one view whose text is exactly targetText, through the native SDK (provider auto|native); flutter and uia are not available in this build.")
+    device_mutation("tap-text", "core", "android-app", "Tap the one view whose text is exactly targetText: provider native (SDK view tree), flutter (Flutter operable tree) or auto (native first, then Flutter when no native view has the text); uia is not available in this build.")
         .permission("app.interact")
         .input_schema(object(
             props(json!({
                 "packageName": package_name(), "port": port("Host port of an existing or wanted adb forward to the SDK socket"),
                 "targetText": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "Exact text of the view to tap"},
-                "provider": {"type": "string", "enum": ["auto", "native", "flutter", "uia"], "description": "auto (default): native when the app SDK is present"}
+                "provider": {"type": "string", "enum": ["auto", "native", "flutter", "uia"], "description": "auto (default): native first, then Flutter when no native view has the text"}
             })),
             &required,
         ))
@@ -50,17 +53,35 @@ impl Command for TapText {
     }
     async fn run(_: &AndroidProvider, ctx: &Context<'_>, inv: &Invocation, args: TapTextArgs) -> Result<Reply, ProviderError> {
         let provider = args.provider.as_deref().unwrap_or("auto");
-        if !["auto", "native"].contains(&provider) {
+        if !["auto", "native", "flutter"].contains(&provider) {
             return Err(ProviderError::new(PROVIDER_UNAVAILABLE, format!("the {provider} provider of tap-text is not available in this build")).with_field("provider").not_dispatched());
         }
         let app = App { package: args.package_name, serial: args.serial, port: args.port, adb: args.adb, adb_timeout_ms: args.adb_timeout_ms };
         let selector = json!({"text": args.target_text});
         cancellable(ctx, async {
-            // `open` fails before dispatch when the SDK is absent: auto has no other provider yet.
-            let mut out = tap_selector(ctx, inv, "tap-text", &app, &selector).await?;
-            out["provider"] = json!("native");
-            out["selected"] = json!({"provider": "native", "requested": provider});
-            Ok(Reply::Json(out))
+            let native = if provider == "flutter" {
+                None
+            } else {
+                match tap_selector(ctx, inv, "tap-text", &app, &selector).await {
+                    Ok(mut out) => {
+                        out["provider"] = json!("native");
+                        out["selected"] = json!({"provider": "native", "requested": provider});
+                        return Ok(Reply::Json(out));
+                    }
+                    // auto: no native view has the text and nothing was dispatched → Flutter.
+                    Err(e) if provider == "auto" && e.error == "native_selector_not_found" && e.dispatched == Some(false) => Some(e),
+                    Err(e) => return Err(e),
+                }
+            };
+            match tap_flutter_text(ctx, inv, "tap-text", &app, &args.target_text).await {
+                Ok(mut out) => {
+                    out["selected"] = json!({"provider": "flutter", "requested": provider});
+                    Ok(Reply::Json(out))
+                }
+                // auto on an app without a Flutter view: the native answer stands.
+                Err(e) if e.error == crate::flutter::FLUTTER_UNAVAILABLE && native.is_some() => Err(native.unwrap()),
+                Err(e) => Err(e),
+            }
         })
         .await
     }

@@ -137,6 +137,9 @@ fn one_slot_permission_cancel_and_engine_restart() {
     std::thread::sleep(Duration::from_millis(300));
     let busy = post(s.port, "/v1/flutter/action", &action(&op, "b1", json!({ "action": "back" }))).unwrap();
     assert_eq!(busy, json!({ "ok": false, "error": "flutter_action_busy", "message": "Flutter execution rejected: flutter_action_busy", "dispatched": false, "ambiguous": false }));
+    // …and so is a native action (one action family at a time).
+    let native = json!({ "x": 540, "y": 990, "actionId": "n1", "execution": { "schemaVersion": "aab.native-execution/v1", "actionId": "n1", "runtimeEpoch": http(s.port, "GET", "/v1/status", None).1["debugBridge"]["runtimeEpoch"], "timeoutMs": 5000 } });
+    assert_eq!(post(s.port, "/v1/action/tap", &native).unwrap()["error"], json!("flutter_action_busy"));
     assert_eq!(http(s.port, "GET", "/v1/status", None).1["debugBridge"]["flutterAction"]["permissionIssued"], json!(false));
     let c = post(s.port, "/v1/flutter/cancel", &json!({ "actionId": "a1", "runtimeEpoch": op["runtimeEpoch"] })).unwrap();
     assert_eq!((c["executionResult"]["error"].clone(), c["executionResult"]["dispatched"].clone()), (json!("flutter_action_cancelled"), json!(false)), "{c}");
