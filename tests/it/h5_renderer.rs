@@ -414,6 +414,22 @@ fn h5_renderer_navigation_requires_a_new_observation() {
     let r = p.act("action", json!({"action": "scrollBy", "pageRef": page, "deltaX": 0, "deltaY": 100}), None);
     assert_refused(&r, "reobserve_required", false);
 
+    // pageshow counts only for a page back from the back/forward cache;
+    // pagehide suspends the state until the next snapshot.
+    let dom = p.snapshot();
+    p.eval("window.dispatchEvent(new PageTransitionEvent('pageshow', {persisted: false})); true");
+    assert_eq!(p.snapshot()["documentId"], dom["documentId"]);
+    let generation = |d: &Value| d["documentId"].as_str().unwrap().rsplit(':').next().unwrap().parse::<u64>().unwrap();
+    let before = generation(&dom);
+    p.eval("window.dispatchEvent(new PageTransitionEvent('pageshow', {persisted: true})); true");
+    let dom = p.snapshot();
+    assert_eq!(dom["documentId"], json!(format!("{SEED}:{}", before + 1)));
+    p.eval("window.dispatchEvent(new PageTransitionEvent('pagehide', {persisted: true})); true");
+    let r = p.act("action", json!({"action": "eval", "pageRef": Page::page_ref(&dom), "script": "1"}), None);
+    assert_refused(&r, "reobserve_required", false);
+    let fresh = p.render(json!({"operation": "snapshot", "seed": "after-hide", "errorPrefix": PREFIX}));
+    assert_eq!(fresh["dom"]["documentId"], json!("after-hide"));
+
     // A real navigation: a new document has no state at all.
     let dom = p.snapshot();
     let page = Page::page_ref(&dom);

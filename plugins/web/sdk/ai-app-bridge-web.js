@@ -452,13 +452,16 @@
     var old = root[key];
     if (old && old.listener) doc.listeners = doc.listeners.filter(function (l) { return l !== old.listener; });
     var s = { seed: seed, generation: 0, documentId: seed, suspended: false, document: document, listener: null };
+    var bump = function () { s.generation += 1; s.documentId = s.seed + ':' + s.generation; };
     s.listener = function (reason) {
       if (root[key] !== s) return;
       if (reason === 'pagehide') { s.suspended = true; return; }
-      s.generation += 1;
-      s.documentId = s.seed + ':' + s.generation;
+      // pageshow counts only when the page comes back from the back/forward
+      // cache (below): the first one follows the initial load and changes nothing.
+      if (reason !== 'pageshow') bump();
     };
     doc.listeners.push(s.listener);
+    root.addEventListener('pageshow', function (e) { if (root[key] === s && e.persisted) bump(); }, true);
     try { Object.defineProperty(root, key, { value: s, enumerable: false, configurable: true, writable: true }); } catch (e) { root[key] = s; }
     return s;
   }
