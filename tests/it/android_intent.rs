@@ -21,7 +21,7 @@ fn rid(id: &str) -> String {
 }
 
 /// `aab intent --operation OP --flags…` → (body, exit).
-fn intent(w: &World, op: &str, args: Value) -> (Value, i32) {
+pub(crate) fn intent(w: &World, op: &str, args: Value) -> (Value, i32) {
     let mut argv = vec!["intent".to_string(), "--operation".into(), op.into()];
     argv.extend(flags(&args));
     let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
@@ -31,7 +31,7 @@ fn intent(w: &World, op: &str, args: Value) -> (Value, i32) {
 }
 
 #[track_caller]
-fn intent_ok(w: &World, op: &str, args: Value) -> Value {
+pub(crate) fn intent_ok(w: &World, op: &str, args: Value) -> Value {
     let (body, exit) = intent(w, op, args);
     assert!(exit == 0 && body.pointer("/execution/ok") == Some(&json!(true)), "intent {op} should succeed: {body}\n{}", w.env.report(None));
     body["value"].clone()
@@ -39,7 +39,7 @@ fn intent_ok(w: &World, op: &str, args: Value) -> Value {
 
 /// Rejected before dispatch with `code`.
 #[track_caller]
-fn intent_rejected(w: &World, op: &str, args: Value, code: &str) -> Value {
+pub(crate) fn intent_rejected(w: &World, op: &str, args: Value, code: &str) -> Value {
     let (body, exit) = intent(w, op, args);
     assert_eq!((error_code(&body), exit), (Some(code), 1), "intent {op}: expected {code}: {body}");
     let facts = error_facts(&body);
@@ -47,7 +47,7 @@ fn intent_rejected(w: &World, op: &str, args: Value, code: &str) -> Value {
     facts.clone()
 }
 
-fn decision(id: &str, revision: u64, agent: &str, action: Option<Value>) -> Value {
+pub(crate) fn decision(id: &str, revision: u64, agent: &str, action: Option<Value>) -> Value {
     let mut d = json!({"decisionId": id, "basedOnRevision": revision, "agentDecision": agent});
     if let Some(a) = action {
         d["action"] = a;
@@ -77,7 +77,7 @@ fn print_step(label: &str, snap: &Value) {
     );
 }
 
-fn export_and_verify(w: &World, namespace: &str, op_id: &str) -> Value {
+pub(crate) fn export_and_verify(w: &World, namespace: &str, op_id: &str) -> Value {
     let out = w.env.work.join(format!("archive-{op_id}"));
     let exported = w.env.aab_ok(&["evidence", "--operation", "export", "--namespace", namespace, "--operation-id", op_id, "--output-dir", out.to_str().unwrap()]);
     let sha = exported["value"]["manifestSha256"].as_str().unwrap_or_else(|| panic!("manifestSha256 in {exported}")).to_string();
@@ -99,7 +99,7 @@ fn assert_signed_up(app: &Value, name: &str, email: &str) {
 }
 
 /// Every effect the phone saw: (kind, the SDK action id that caused it).
-fn phone_actions(w: &World, sim: &aab_android_sim::Simulator) -> Vec<(String, Value)> {
+pub(crate) fn phone_actions(w: &World, sim: &aab_android_sim::Simulator) -> Vec<(String, Value)> {
     let a = control(w, sim, json!({"op": "actions"}));
     a["actions"].as_array().unwrap().iter().map(|x| (x["kind"].as_str().unwrap().to_string(), x["actionId"].clone())).collect()
 }

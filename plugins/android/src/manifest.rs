@@ -27,6 +27,9 @@ pub fn manifest() -> Manifest {
     if commands.iter().any(|c| c == "h5-dom") {
         m.intent_providers.push(h5_intent_provider(&commands));
     }
+    if commands.iter().any(|c| c == "flutter-nodes") {
+        m.intent_providers.push(flutter_intent_provider(&commands));
+    }
     m
 }
 
@@ -261,6 +264,75 @@ fn h5_intent_provider(commands: &[String]) -> aab_plugin_api::protocol::IntentPr
         "description": "Which WebView of the app to observe (default: the single visible WebView of the foreground window)",
         "properties": {"webViewId": crate::h5::web_view_id_schema()}
     }));
+    for a in actions.into_iter().filter(|a| commands.contains(&a.command)) {
+        provider = provider.action(a);
+    }
+    for s in native.streams {
+        provider = provider.stream(s);
+    }
+    provider
+}
+
+/// The `flutter` Intent provider of an app's Flutter view (aab-host §8): observe
+/// with `flutter-nodes` (every operable node, so the summary's `truncated` is the
+/// engine's own 600-node limit), act with the managed Flutter actions. An action's
+/// selector is resolved by the host against the committed observation and sent
+/// as the node's live element id (`{nodeId}`), which the plugin binds again to a
+/// fresh, untruncated tree: a replaced widget has a new id and is refused. Back is
+/// the Android back key, as for the native provider.
+fn flutter_intent_provider(commands: &[String]) -> aab_plugin_api::protocol::IntentProvider {
+    use aab_plugin_api::protocol::{IntentAction, IntentCall, IntentProvider, IntentSummarize};
+    let native = native_intent_provider(commands);
+    let merge = |base: Value, extra: Value| {
+        let mut a = base;
+        if let (Value::Object(a), Value::Object(extra)) = (&mut a, extra) {
+            a.extend(extra);
+        }
+        a
+    };
+    let device = || json!({"serial": "${target.serial}", "adb": "${target.adb}"});
+    let app = |extra: Value| merge(merge(device(), json!({"packageName": "${target.packageName}", "port": "${target.port}"})), extra);
+    let bound = |extra: Value| app(merge(json!({"selector": {"nodeId": "${element.id}"}}), extra));
+    let selector = json!({
+        "type": "object", "additionalProperties": false,
+        "description": "One node of the committed observation: its id (e<n>) or its exact text",
+        "properties": {"nodeId": {"type": "string", "pattern": "^e[1-9][0-9]{0,9}$"}, "text": {"type": "string", "minLength": 1, "maxLength": 1024}},
+        "oneOf": [{"required": ["nodeId"]}, {"required": ["text"]}]
+    });
+    let schema = |name: &str, extra: Value, required: &[&str]| {
+        let mut req = vec!["action"];
+        req.extend_from_slice(required);
+        json!({"type": "object", "additionalProperties": false, "properties": merge(json!({"action": {"const": name}}), extra), "required": req})
+    };
+    let with_selector = |extra: Value| merge(json!({"selector": selector.clone()}), extra);
+    let actions = [
+        IntentAction::new("tap", "tap-flutter", bound(json!({})), schema("tap", with_selector(json!({})), &["selector"])),
+        IntentAction::new(
+            "inputText",
+            "input-flutter-text",
+            bound(json!({"text": "${action.value}"})),
+            schema("inputText", with_selector(json!({"value": {"type": "string", "maxLength": 16384}})), &["selector", "value"]),
+        ),
+        IntentAction::new(
+            "scroll",
+            "scroll-flutter",
+            bound(json!({"delta": "${action.delta}"})),
+            schema(
+                "scroll",
+                with_selector(json!({"delta": {"type": "number", "minimum": -100000, "maximum": 100000, "not": {"const": 0}, "description": "Logical pixels to scroll the scrollable (positive: towards the end)"}})),
+                &["selector", "delta"],
+            ),
+        ),
+        IntentAction::new("back", "keyevent", merge(device(), json!({"keyCode": 4})), schema("back", json!({}), &[])),
+    ];
+    let summarize = IntentSummarize::new("/nodes", "id")
+        .identity_fields(["id", "widgetType", "text", "label", "role"])
+        .node_fields(["id", "widgetType", "text", "value", "label", "hint", "errorText", "role", "actions", "enabled", "visible", "tap", "input", "scroll"])
+        .selector_fields([("nodeId", "id"), ("text", "text")])
+        .page([("packageName", "/packageName"), ("runtimeEpoch", "/runtimeEpoch"), ("route", "/route"), ("viewport", "/viewport"), ("devicePixelRatio", "/devicePixelRatio")])
+        .source_truncated("/truncated");
+    let observe = IntentCall::new("flutter-nodes", app(json!({"maxNodes": 600})));
+    let mut provider = IntentProvider::new("android", "flutter", native.target_schema.clone(), observe, summarize);
     for a in actions.into_iter().filter(|a| commands.contains(&a.command)) {
         provider = provider.action(a);
     }
