@@ -383,3 +383,26 @@ fn h5_lost_completion_stays_findable_through_cancel() {
     assert_eq!((c["ok"].as_bool(), rec["ok"].as_bool(), rec["dispatched"].as_bool(), rec["settled"].as_bool()), (Some(true), Some(true), Some(true), Some(true)), "{c}");
     assert_eq!(rec["actionId"], "lost-1");
 }
+
+#[test]
+fn h5_timeout_before_the_effect_and_a_process_dying_mid_action() {
+    let env = Env::with_scenario(1, scenario());
+    let s = sdk(&env);
+    let snap = dom(&s, "main");
+    page_eval(&env, "main", "window.clicks = 0; document.getElementById('submit').addEventListener('click', e => { e.preventDefault(); clicks++; }); true");
+    env.control(json!({ "op": "faults", "set": { "h5ActionDelayMs": 3000 } }));
+    // The deadline passes while the action waits in the slot: it ends undispatched.
+    let mut b = body(&s, "late-1", click(&snap, "submit"));
+    b["execution"]["timeoutMs"] = json!(300);
+    let r = post(&s, "/v1/h5/action", &b).unwrap();
+    assert_eq!((r["ok"].as_bool(), r["error"].as_str(), r["dispatched"].as_bool(), r["settled"].as_bool()), (Some(false), Some("h5_action_timeout"), Some(false), Some(true)), "{r}");
+    assert_eq!(page_eval(&env, "main", "clicks"), json!(0));
+    // The process dies while the next one waits: no reply, no effect, no receipt.
+    let port = s.port;
+    let b = body(&s, "dies-1", click(&snap, "submit"));
+    let running = std::thread::spawn(move || request(port, "POST", "/v1/h5/action", Some(&b.to_string())));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(env.control(json!({ "op": "crash", "package": PKG }))["ok"], json!(true));
+    assert_eq!(running.join().unwrap(), None);
+    assert!(h5_effects(&env).is_empty());
+}
