@@ -45,6 +45,12 @@ pub struct Faults {
     pub flutter_drop_replies: u32,
     /// Flutter: the engine restarts (new runtime epoch) right after each of the next N `GET /v1/flutter/snapshot` reads.
     pub flutter_restart_after_snapshot: u32,
+    /// The next N H5 actions (`/v1/h5/action`) take effect and settle (the receipt
+    /// is retained for cancel), then the connection closes without a reply.
+    pub h5_drop_action_replies: u32,
+    /// An admitted H5 action holds the slot this long before its effect turn (a
+    /// cancel or timeout during the wait ends it undispatched).
+    pub h5_action_delay_ms: u64,
 }
 
 impl Faults {
