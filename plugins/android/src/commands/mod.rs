@@ -39,6 +39,7 @@ mod clear_app_data;
 mod freeze;
 mod permission_change;
 mod appops_set;
+mod webview;
 
 /// Every Android command, in catalog order. One line per command: adding a command
 /// is a module with its spec, typed arguments and code, plus its line here.
@@ -74,6 +75,9 @@ pub fn list() -> Commands<AndroidProvider> {
         .add::<permission_change::PermissionGrant>()
         .add::<permission_change::PermissionRevoke>()
         .add::<appops_set::AppopsSet>()
+        .add::<webview::WebviewPages>()
+        .add::<webview::WebviewNetwork>()
+        .add::<webview::WebviewConsole>()
 }
 
 #[derive(Deserialize)]
@@ -143,7 +147,7 @@ mod tests {
     fn the_manifest_passes_the_sdk_checks() {
         let specs: Vec<CommandSpec> = list().specs().cloned().collect();
         let names: Vec<&str> = specs.iter().map(|c| c.command.as_str()).collect();
-        assert_eq!(names, ["status", "tree", "screenshot", "logs", "state", "network", "events", "logcat", "keyboard-state", "permission-state", "wait-text", "ui-observation", "forward", "remove-forward", "tap", "tap-native", "tap-text", "input-text", "native-gesture", "swipe", "keyevent", "hide-keyboard", "launch-app", "launch-activity", "clear-app-data", "freeze-app", "thaw-app", "permission-grant", "permission-revoke", "appops-set"]);
+        assert_eq!(names, ["status", "tree", "screenshot", "logs", "state", "network", "events", "logcat", "keyboard-state", "permission-state", "wait-text", "ui-observation", "forward", "remove-forward", "tap", "tap-native", "tap-text", "input-text", "native-gesture", "swipe", "keyevent", "hide-keyboard", "launch-app", "launch-activity", "clear-app-data", "freeze-app", "thaw-app", "permission-grant", "permission-revoke", "appops-set", "webview-pages", "webview-network", "webview-console"]);
         crate::manifest::manifest().commands(specs).check().unwrap();
     }
 }
