@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::android::{SAMPLE, World, control, simulated};
+use crate::android::{SAMPLE, World, control, simulated, simulated_with};
 
 /// The simulator's WebViews (ground truth).
 fn webviews(w: &World, sim: &aab_android_sim::Simulator) -> Value {
@@ -22,7 +22,7 @@ fn show_web(w: &World, sim: &aab_android_sim::Simulator) -> (u64, String) {
     let until = Instant::now() + Duration::from_secs(30);
     loop {
         let v = webviews(w, sim);
-        let wv = &v["webViews"][0];
+        let wv = v["webViews"].as_array().unwrap().iter().find(|x| x["webViewId"] == json!("signup-web")).cloned().unwrap_or(Value::Null);
         if wv["progress"] == json!(100) && wv["title"] == json!("Web sign-up") {
             return (wv["pid"].as_u64().unwrap(), wv["targetId"].as_str().unwrap().to_string());
         }
@@ -57,6 +57,7 @@ fn android_webview_pages_lists_exactly_the_apps_real_pages() {
     let socket = format!("webview_devtools_remote_{pid}");
     assert_eq!(out["socketName"], json!(socket), "{out}");
     let truth = &webviews(&w, &sim)["webViews"][0];
+    eprintln!("webview-pages figures: {}", w.run("webview-pages", json!({"packageName": SAMPLE, "serial": serial})).0["value"]["_feedback"]["timings"]);
     let pages = out["pages"].as_array().unwrap();
     assert_eq!(pages.len(), 1, "only the app's page: {out}");
     assert_eq!(pages[0]["targetId"], json!(target));
@@ -137,4 +138,38 @@ fn android_webview_console_captures_console_log_via_mcp() {
     let out = w.ok("webview-console", json!({"packageName": SAMPLE, "serial": serial, "script": "document.getElementById('terms').checked = true; document.getElementById('submit').click(); 1", "durationMs": 1500}));
     let texts: Vec<&str> = out["messages"].as_array().unwrap().iter().filter_map(|m| m["text"].as_str()).collect();
     assert!(texts.contains(&"signup submit ann@example.com") && texts.contains(&"signup result 201"), "{out}");
+}
+
+#[test]
+fn android_webview_capture_needs_exactly_one_page() {
+    let w = World::new();
+    // A second WebView, in a dialog window, present from process start.
+    let mut scenario = aab_android_sim::Scenario::sample();
+    scenario.apps[0].web_views.push(aab_android_sim::scenario::WebViewSpec { web_view_id: "news-web".into(), url: "h5/news.html".into(), window: Some("dialog".into()), bounds: Some([100, 600, 980, 1800]), ..Default::default() });
+    let sim = simulated_with(&w, scenario);
+    let serial = sim.devices[0].serial.clone();
+    let (_, signup) = show_web(&w, &sim);
+    let v = webviews(&w, &sim);
+    let news = v["webViews"].as_array().unwrap().iter().find(|x| x["webViewId"] == json!("news-web")).unwrap()["targetId"].as_str().unwrap().to_string();
+    let pages = w.ok("webview-pages", json!({"packageName": SAMPLE, "serial": serial}));
+    let mut ids: Vec<&str> = pages["pages"].as_array().unwrap().iter().map(|p| p["targetId"].as_str().unwrap()).collect();
+    ids.sort();
+    let mut want = vec![signup.as_str(), news.as_str()];
+    want.sort();
+    assert_eq!(ids, want, "{pages}");
+    // Two pages and no choice: refused before the script runs.
+    let facts = w.fails("webview-console", json!({"packageName": SAMPLE, "serial": serial, "script": "window.__ran = true; 1", "durationMs": 200}), "webview_page_ambiguous");
+    assert_eq!(facts["details"]["pages"].as_array().map(Vec::len), Some(2), "{facts}");
+    for id in ["signup-web", "news-web"] {
+        let ran = control(&w, &sim, json!({"op": "webview-eval", "package": SAMPLE, "webViewId": id, "expression": "typeof window.__ran"}));
+        assert_eq!(ran["value"], json!("undefined"), "ground truth: the script ran nowhere");
+    }
+    w.fails("webview-console", json!({"packageName": SAMPLE, "serial": serial, "pageUrlFilter": "no-such-page", "durationMs": 200}), "webview_page_not_found");
+    // targetId picks one; the script runs in that page only.
+    let out = w.ok("webview-console", json!({"packageName": SAMPLE, "serial": serial, "targetId": news, "script": "window.__ran = true; console.log('in news'); 1", "durationMs": 500}));
+    assert!(out["page"]["url"].as_str().unwrap().ends_with("/h5/news.html"), "{out}");
+    assert!(out["messages"].as_array().unwrap().iter().any(|m| m["text"] == json!("in news")), "{out}");
+    eprintln!("webview-console figures: {}", out["_feedback"]["timings"]);
+    assert_eq!(control(&w, &sim, json!({"op": "webview-eval", "package": SAMPLE, "webViewId": "news-web", "expression": "window.__ran === true"}))["value"], json!(true));
+    assert_eq!(control(&w, &sim, json!({"op": "webview-eval", "package": SAMPLE, "webViewId": "signup-web", "expression": "typeof window.__ran"}))["value"], json!("undefined"));
 }
