@@ -368,10 +368,12 @@ async fn watch(ctx: &Context<'_>, s: &Session, args: &WebviewArgs, kind: Kind, b
         let r = cdp
             .call_with_timeout("Runtime.evaluate", json!({"expression": script, "returnByValue": true, "awaitPromise": true, "userGesture": true}), None, left)
             .await
-            .map_err(|e| ProviderError::new(WEBVIEW_CDP_FAILED, format!("script: {e}")).with_details(json!({"ambiguous": true})))?;
+            // The script may or may not have run: the outcome is unknown (no dispatch flag).
+            .map_err(|e| ProviderError::new(WEBVIEW_CDP_FAILED, format!("script: {e}")))?;
         match aab_cdp::evaluate_value(&r) {
             Ok(v) => script_result = json!({"value": v}),
-            Err(e) => return Err(ProviderError::new(WEBVIEW_SCRIPT_FAILED, format!("script threw: {e}")).with_field("script")),
+            // The page's own answer: the script ran and threw.
+            Err(e) => return Err(ProviderError::new(WEBVIEW_SCRIPT_FAILED, format!("script threw: {e}")).with_field("script").settled_after_dispatch()),
         }
     }
     let max = args.max_events.unwrap_or(DEFAULT_MAX_EVENTS);
