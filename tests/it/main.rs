@@ -16,6 +16,7 @@ mod android_shell;
 mod android_flutter;
 mod android_hybrid;
 mod android_scale;
+mod android_webview;
 mod facts;
 mod h5_renderer;
 mod foundation;

@@ -41,6 +41,7 @@ mod permission_change;
 mod appops_set;
 mod h5;
 mod flutter;
+mod webview;
 
 /// Every Android command, in catalog order. One line per command: adding a command
 /// is a module with its spec, typed arguments and code, plus its line here.
@@ -89,6 +90,9 @@ pub fn list() -> Commands<AndroidProvider> {
         .add::<flutter::TapFlutterText>()
         .add::<flutter::InputFlutterText>()
         .add::<flutter::ScrollFlutter>()
+        .add::<webview::WebviewPages>()
+        .add::<webview::WebviewNetwork>()
+        .add::<webview::WebviewConsole>()
 }
 
 #[derive(Deserialize)]
@@ -158,7 +162,7 @@ mod tests {
     fn the_manifest_passes_the_sdk_checks() {
         let specs: Vec<CommandSpec> = list().specs().cloned().collect();
         let names: Vec<&str> = specs.iter().map(|c| c.command.as_str()).collect();
-        assert_eq!(names, ["status", "tree", "screenshot", "logs", "state", "network", "events", "logcat", "keyboard-state", "permission-state", "wait-text", "ui-observation", "forward", "remove-forward", "tap", "tap-native", "tap-text", "input-text", "native-gesture", "swipe", "keyevent", "hide-keyboard", "launch-app", "launch-activity", "clear-app-data", "freeze-app", "thaw-app", "permission-grant", "permission-revoke", "appops-set", "h5-dom", "h5-click", "h5-input", "h5-wait", "h5-scroll", "h5-eval", "flutter-tree", "flutter-nodes", "flutter-action", "tap-flutter", "tap-flutter-text", "input-flutter-text", "scroll-flutter"]);
+        assert_eq!(names, ["status", "tree", "screenshot", "logs", "state", "network", "events", "logcat", "keyboard-state", "permission-state", "wait-text", "ui-observation", "forward", "remove-forward", "tap", "tap-native", "tap-text", "input-text", "native-gesture", "swipe", "keyevent", "hide-keyboard", "launch-app", "launch-activity", "clear-app-data", "freeze-app", "thaw-app", "permission-grant", "permission-revoke", "appops-set", "h5-dom", "h5-click", "h5-input", "h5-wait", "h5-scroll", "h5-eval", "flutter-tree", "flutter-nodes", "flutter-action", "tap-flutter", "tap-flutter-text", "input-flutter-text", "scroll-flutter", "webview-pages", "webview-network", "webview-console"]);
         crate::manifest::manifest().commands(specs).check().unwrap();
     }
 }
