@@ -169,3 +169,26 @@ fn one_slot_permission_cancel_and_engine_restart() {
     let r = post(s.port, "/v1/flutter/action", &action(&op2, "r2", json!({ "action": "tapTarget", "selector": { "text": "Add to cart" }, "targetRef": add["targetRef"] }))).unwrap();
     assert_eq!(r["error"], json!("flutter_target_replaced"));
 }
+
+#[test]
+fn semantics_stop_at_depth_24_while_the_operable_tree_goes_on() {
+    // One Flutter screen whose widgets nest 55 deep (what a scenario file's JSON nesting
+    // allows), each with a text.
+    let mut w = json!({ "widgetType": "Text", "text": "leaf" });
+    for i in 0..55 {
+        w = json!({ "widgetType": "Padding", "text": format!("level {i}"), "children": [w] });
+    }
+    let scenario = json!({
+        "foreground": PKG,
+        "apps": [{ "package": PKG, "sdk": true, "activities": [".MainActivity"], "screens": [{ "name": "deep", "root": { "class": "android.widget.FrameLayout" },
+            "flutter": { "routes": [{ "name": "/", "root": w }] } }] }]
+    });
+    let env = Env::with_scenario(1, aab_android_sim::Scenario::parse(&scenario.to_string()).unwrap());
+    let s = sdk(&env);
+    let layout = http(s.port, "GET", "/v1/flutter/snapshot", None).1["flutter"]["layout"].clone();
+    let op = &layout["operable"];
+    assert_eq!((op["truncated"].clone(), op["count"].clone()), (json!(false), json!(56)));
+    assert_eq!((layout["widgetInspector"]["truncated"].clone(), layout["widgetInspector"]["count"].clone()), (json!(false), json!(56)));
+    let sem = &layout["semantics"];
+    assert_eq!((sem["truncated"].clone(), sem["count"].clone()), (json!(true), json!(25)), "depths 0..=24");
+}
