@@ -192,3 +192,33 @@ fn semantics_stop_at_depth_24_while_the_operable_tree_goes_on() {
     let sem = &layout["semantics"];
     assert_eq!((sem["truncated"].clone(), sem["count"].clone()), (json!(true), json!(25)), "depths 0..=24");
 }
+
+#[test]
+fn timeout_before_permission_settles_undispatched_after_it_is_pending() {
+    let env = Env::start(1);
+    let s = shop(&env);
+    let op = operable(&s);
+    let timed = |id: &str, ms: u64| {
+        let mut b = action(&op, id, json!({ "action": "tapText", "text": "Add to cart" }));
+        b["execution"]["timeoutMs"] = json!(ms);
+        b
+    };
+    // Busy Dart side: the timeout hits before the permission → settled at once, not dispatched.
+    env.control(json!({ "op": "faults", "set": { "flutterActionQueueMs": 5000 } }));
+    let r = post(s.port, "/v1/flutter/action", &timed("t1", 300)).unwrap();
+    assert_eq!((r["error"].clone(), r["dispatched"].clone(), r["settled"].clone()), (json!("flutter_action_timeout"), json!(false), json!(true)), "{r}");
+    // Slow after the permission: after the grace the reply is pending and ambiguous; the slot stays busy.
+    env.control(json!({ "op": "faults", "set": { "flutterActionQueueMs": 0, "flutterActionDelayMs": 2500 } }));
+    let r = post(s.port, "/v1/flutter/action", &timed("t2", 200)).unwrap();
+    assert_eq!((r["settled"].clone(), r["ambiguous"].clone(), r["dispatched"].clone()), (json!(false), json!(true), Value::Null), "{r}");
+    assert_eq!(post(s.port, "/v1/flutter/action", &timed("t3", 5000)).unwrap()["error"], json!("flutter_action_busy"));
+    // The real completion frees the slot (polled, no timing assumption).
+    while !flutter(&env)["slot"].is_null() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let c = post(s.port, "/v1/flutter/cancel", &json!({ "actionId": "t2", "runtimeEpoch": op["runtimeEpoch"] })).unwrap();
+    let rec = &c["executionResult"];
+    assert_eq!((rec["error"].clone(), rec["dispatched"].clone()), (json!("flutter_action_timeout"), json!(true)), "{c}");
+    let taps: Vec<Value> = flutter(&env)["effects"].as_array().unwrap().iter().filter(|e| e["kind"] == "flutter-tap").cloned().collect();
+    assert_eq!(taps.iter().map(|t| t["data"]["actionId"].clone()).collect::<Vec<_>>(), [json!("t2")], "t1 never ran, t2 ran once");
+}
