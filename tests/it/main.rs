@@ -16,6 +16,7 @@ mod android_shell;
 mod android_flutter;
 mod android_scale;
 mod facts;
+mod h5_renderer;
 mod foundation;
 mod hostile;
 mod intent;

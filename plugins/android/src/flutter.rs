@@ -60,7 +60,7 @@ pub async fn open(ctx: &Context<'_>, app: &App) -> Result<(Session, Value), Prov
     let flutter = check_snapshot(&app.package, &status)?;
     let epoch = flutter.pointer("/layout/operable/runtimeEpoch").and_then(Value::as_str).unwrap_or_default().to_string();
     let foreground = foreground.map(|f| json!({"package": f.window.package, "activity": f.window.activity, "pid": f.process.pid})).unwrap_or(Value::Null);
-    Ok((Session { serial, package: app.package.clone(), route, epoch, budget, foreground, started }, flutter))
+    Ok((Session { serial, package: app.package.clone(), route, epoch, budget, foreground, family: &FAMILY, started }, flutter))
 }
 
 fn fail(code: &str, message: String) -> ProviderError {

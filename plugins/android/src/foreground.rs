@@ -10,6 +10,8 @@
 //!    `foreground_changed_during_verification`, a different boot or process start
 //!    `foreground_process_changed_during_verification`.
 //!
+//! Steps 2–4 run in one shell on the device (one adb round trip, same order).
+//!
 //! Anything that does not parse exactly is `foreground_identity_unavailable`.
 //! All failures are queries' failures: never dispatched.
 
@@ -204,28 +206,80 @@ pub fn verify(window: FocusWindow, process: ProcessIdentity, app_id: u32) -> Res
 /// with scripted outputs).
 pub trait ShellText {
     fn text(&self, argv: &[&str], deadline: Deadline) -> impl std::future::Future<Output = Result<String>>;
+
+    /// Several commands in order, each answered as [`ShellText::text`] would. The
+    /// default runs them one by one; a device runs them in ONE shell (one adb round
+    /// trip) — the order, and so every change check, is the same.
+    fn texts(&self, commands: &[Vec<String>], deadline: Deadline) -> impl std::future::Future<Output = Result<Vec<Result<String>>>> {
+        async move {
+            let mut out = Vec::with_capacity(commands.len());
+            for argv in commands {
+                let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+                out.push(self.text(&argv, deadline).await);
+            }
+            Ok(out)
+        }
+    }
+}
+
+fn exited(argv: &str, code: impl std::fmt::Display, stderr: &str) -> ProviderError {
+    unavailable(format!("`{argv}` exited {code}: {}", stderr.trim()))
 }
 
 impl ShellText for Device {
     async fn text(&self, argv: &[&str], deadline: Deadline) -> Result<String> {
         let out = self.shell(&command_line(argv), None, deadline).await?;
         if out.exit_code != 0 {
-            return Err(unavailable(format!("`{}` exited {}: {}", argv.join(" "), out.exit_code, out.stderr_text().trim())));
+            return Err(exited(&argv.join(" "), out.exit_code, &out.stderr_text()));
         }
         Ok(out.stdout_text())
     }
+
+    /// One shell runs every command, each followed by a separator line carrying its
+    /// exit status. The separator holds a fresh random nonce: window titles in
+    /// `dumpsys window` are app-controlled, so a fixed marker could be forged.
+    async fn texts(&self, commands: &[Vec<String>], deadline: Deadline) -> Result<Vec<Result<String>>> {
+        let mut nonce = [0u8; 16];
+        getrandom::fill(&mut nonce).map_err(|e| unavailable(format!("no randomness for the read separator: {e}")))?;
+        let marker = format!("--aab-section-{}", nonce.iter().map(|b| format!("{b:02x}")).collect::<String>());
+        let script: Vec<String> = commands
+            .iter()
+            .map(|argv| format!("{}; aab_status=$?; echo; echo \"{marker} $aab_status\"", command_line(&argv.iter().map(String::as_str).collect::<Vec<_>>())))
+            .collect();
+        let out = self.shell(&script.join("; "), None, deadline).await?;
+        split_sections(&out.stdout_text(), &out.stderr_text(), out.exit_code, &marker, commands)
+    }
+}
+
+/// Cut a combined read's output at its separators into one answer per command.
+fn split_sections(stdout: &str, stderr: &str, exit_code: u8, marker: &str, commands: &[Vec<String>]) -> Result<Vec<Result<String>>> {
+    let mut rest = stdout;
+    let mut answers = Vec::with_capacity(commands.len());
+    for argv in commands {
+        let Some((text, after)) = rest.split_once(&format!("\n{marker} ")) else {
+            return Err(unavailable(format!("the combined read ended before `{}` finished (exit {exit_code}): {}", argv.join(" "), stderr.trim())));
+        };
+        let (code, after) = after.split_once('\n').unwrap_or((after, ""));
+        rest = after;
+        // The `echo` before each separator ends a last line without a newline; the
+        // split consumed it, so `text` is exactly what the command printed.
+        answers.push(match code.trim() {
+            "0" => Ok(text.to_string()),
+            code => Err(exited(&argv.join(" "), code, stderr)),
+        });
+    }
+    Ok(answers)
 }
 
 async fn window(device: &impl ShellText, deadline: Deadline) -> Result<Option<FocusWindow>> {
     parse_window_dump(&device.text(&["dumpsys", "window", "-a"], deadline).await?)
 }
 
-async fn process(device: &impl ShellText, pid: u32, deadline: Deadline) -> Result<ProcessIdentity> {
-    let stat = format!("/proc/{pid}/stat");
-    let status = format!("/proc/{pid}/status");
-    match device.text(&["cat", "/proc/sys/kernel/random/boot_id", &stat, &status], deadline).await {
+/// A `/proc` read's answer; the window's process ending between the window read
+/// and this one is a change during verification, not an unavailable identity.
+fn process_answer(pid: u32, answer: Result<String>) -> Result<ProcessIdentity> {
+    match answer {
         Ok(text) => parse_proc(&text, pid),
-        // The window's process is gone between the window read and this one.
         Err(e) if e.error == FOREGROUND_IDENTITY_UNAVAILABLE && e.message.contains(&format!("/proc/{pid}/")) => Err(ProviderError::new(
             FOREGROUND_PROCESS_CHANGED_DURING_VERIFICATION,
             format!("the focused window's process {pid} ended while it was being verified"),
@@ -236,11 +290,16 @@ async fn process(device: &impl ShellText, pid: u32, deadline: Deadline) -> Resul
     }
 }
 
-/// Package → uid facts already proven by `dumpsys package` in this boot, keyed by
-/// (boot id, package, user, the window owner's uid). A reinstall that changes the
-/// uid changes the key, so a stale entry can never vouch for a new identity; the
-/// window and `/proc` reads (and their change checks) still run on every probe.
-pub type VerifiedPackages = std::sync::Mutex<std::collections::HashMap<(String, String, u32, u32), u32>>;
+fn proc_argv(pid: u32) -> Vec<String> {
+    vec!["cat".into(), "/proc/sys/kernel/random/boot_id".into(), format!("/proc/{pid}/stat"), format!("/proc/{pid}/status")]
+}
+
+/// Package → uid facts already proven by `dumpsys package`, keyed by (package,
+/// user, the window owner's uid) and holding the boot they were proven in: they
+/// vouch only for that boot. A reinstall that changes the uid changes the key, so a
+/// stale entry can never vouch for a new identity; the window and `/proc` reads
+/// (and their change checks) still run on every probe.
+pub type VerifiedPackages = std::sync::Mutex<std::collections::HashMap<(String, u32, u32), (String, u32)>>;
 
 /// At most this many verified packages are remembered (then the map starts over).
 const VERIFIED_PACKAGES_CAP: usize = 256;
@@ -257,23 +316,40 @@ pub async fn probe(device: &impl ShellText, deadline: Deadline) -> Result<Option
 }
 
 /// [`probe`] with an explicit cache of verified packages (`None`: read every time).
+///
+/// Two device round trips: the window, then one combined read of `/proc`,
+/// (`dumpsys package` when the package is not known for this identity,) the window
+/// again and `/proc` again — the same order as separate reads, so the same change
+/// checks. The first read cannot join: the pid comes from it.
 pub async fn probe_with(device: &impl ShellText, deadline: Deadline, cache: Option<&VerifiedPackages>) -> Result<Option<Foreground>> {
     let Some(first) = window(device, deadline).await? else { return Ok(None) };
-    let proc_first = process(device, first.pid, deadline).await?;
-    let key = (proc_first.boot_id.clone(), first.package.clone(), first.user, first.owner_uid);
-    let known = cache.and_then(|c| c.lock().unwrap_or_else(|p| p.into_inner()).get(&key).copied());
-    let app_id = match known {
-        Some(id) => id,
-        None => parse_package(&device.text(&["dumpsys", "package", &first.package], deadline).await?, &first.package, first.user)?,
+    let identity = (first.package.clone(), first.user, first.owner_uid);
+    let known = cache.and_then(|c| c.lock().unwrap_or_else(|p| p.into_inner()).get(&identity).cloned());
+    let mut reads = vec![proc_argv(first.pid)];
+    if known.is_none() {
+        reads.push(vec!["dumpsys".into(), "package".into(), first.package.clone()]);
+    }
+    reads.push(["dumpsys", "window", "-a"].map(String::from).to_vec());
+    reads.push(proc_argv(first.pid));
+    let mut answers = device.texts(&reads, deadline).await?.into_iter();
+    let mut next = || answers.next().unwrap_or_else(|| Err(unavailable("the combined foreground read returned too few answers")));
+    let proc_first = process_answer(first.pid, next())?;
+    let package_text = if known.is_none() { Some(next()) } else { None };
+    let second_window = next();
+    let proc_second = next();
+    let app_id = match (known, package_text) {
+        (Some((boot, id)), _) if boot == proc_first.boot_id => id,
+        (_, Some(text)) => parse_package(&text?, &first.package, first.user)?,
+        // Proven in another boot: prove it again for this one.
+        (_, None) => parse_package(&device.text(&["dumpsys", "package", &first.package], deadline).await?, &first.package, first.user)?,
     };
-    let second = window(device, deadline).await?;
+    let second = parse_window_dump(&second_window?)?;
     if second.as_ref() != Some(&first) {
         return Err(ProviderError::new(FOREGROUND_CHANGED_DURING_VERIFICATION, "the focused window changed while it was being verified")
             .with_details(json!({"before": first, "after": second}))
             .not_dispatched());
     }
-    let proc_second = process(device, first.pid, deadline).await;
-    match proc_second {
+    match process_answer(first.pid, proc_second) {
         Ok(p) if p == proc_first => {}
         other => {
             return Err(ProviderError::new(FOREGROUND_PROCESS_CHANGED_DURING_VERIFICATION, "the focused window's process or the device boot changed while it was being verified")
@@ -281,13 +357,14 @@ pub async fn probe_with(device: &impl ShellText, deadline: Deadline, cache: Opti
                 .not_dispatched());
         }
     }
+    let boot_id = proc_first.boot_id.clone();
     let verified = verify(first, proc_first, app_id)?;
     if let Some(c) = cache {
         let mut c = c.lock().unwrap_or_else(|p| p.into_inner());
         if c.len() >= VERIFIED_PACKAGES_CAP {
             c.clear();
         }
-        c.insert(key, app_id);
+        c.insert(identity, (boot_id, app_id));
     }
     Ok(Some(verified))
 }
@@ -447,6 +524,21 @@ Queries:
         let moved = WINDOW_DUMP.replace("mOwnerUid=10123", "mOwnerUid=10124").replace("4321:u0a10123", "4321:u0a10124");
         let e = run(probe_with(&script([&moved, &moved], [PROC, PROC]), d, Some(&cache))).unwrap_err();
         assert_eq!(e.error, FOREGROUND_IDENTITY_UNAVAILABLE, "the fresh package read disagrees with the new owner: {e:?}");
+    }
+
+    /// A combined read splits only at its own nonce: an app that prints a separator
+    /// of another nonce in its window title cannot shift the sections.
+    #[test]
+    fn a_combined_read_splits_only_at_its_own_separator() {
+        let cmds = vec![vec!["a".to_string()], vec!["b".to_string()], vec!["c".to_string()]];
+        let m = "--aab-section-00ff";
+        let out = format!("one\n--aab-section-1234 0\nstill one\n\n{m} 0\ntwo-no-newline\n{m} 1\n\n{m} 0\n");
+        let got = split_sections(&out, "cat: can't open '/proc/1/stat'", 1, m, &cmds).unwrap();
+        assert_eq!(got[0].as_deref().unwrap(), "one\n--aab-section-1234 0\nstill one\n");
+        assert!(got[1].as_ref().unwrap_err().message.contains("/proc/1/stat"));
+        assert_eq!(got[2].as_deref().unwrap(), "");
+        let short = split_sections(&format!("x\n{m} 0\n"), "", 0, m, &cmds).unwrap_err();
+        assert_eq!(short.error, FOREGROUND_IDENTITY_UNAVAILABLE);
     }
 
     #[test]

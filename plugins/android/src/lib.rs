@@ -20,6 +20,7 @@ mod device_tests;
 #[allow(dead_code)]
 mod flutter;
 mod foreground;
+mod h5;
 mod manifest;
 mod native_exec;
 mod native_target;

@@ -22,7 +22,11 @@ pub fn manifest() -> Manifest {
             .connection("adb", serde_json::json!({"type": "string", "minLength": 1, "maxLength": 4096, "description": "connection option of this platform"}))
             .connection("port", serde_json::json!({"type": "integer", "minimum": 1, "maximum": 65535})),
     ];
-    m.intent_providers = vec![native_intent_provider(&crate::commands::list().specs().map(|c| c.command.clone()).collect::<Vec<_>>())];
+    let commands = crate::commands::list().specs().map(|c| c.command.clone()).collect::<Vec<_>>();
+    m.intent_providers = vec![native_intent_provider(&commands)];
+    if commands.iter().any(|c| c == "h5-dom") {
+        m.intent_providers.push(h5_intent_provider(&commands));
+    }
     m
 }
 
@@ -182,4 +186,86 @@ pub(crate) fn permission_name() -> Value {
 /// An Android user id; absent = the current user (`am get-current-user`).
 pub(crate) fn user_id() -> Value {
     json!({"type": "integer", "minimum": 0, "maximum": 2147483647, "description": "Android user (default: the current user, from am get-current-user)"})
+}
+
+/// The `h5` Intent provider of an app's WebView (aab-host §8): observe with
+/// `h5-dom` (the `observationTarget` may name the WebView by `webViewId`; without
+/// it the single visible WebView of the foreground window), act with the managed
+/// H5 actions. Every action is bound to the committed observation: the host
+/// resolves the selector against it, and the dispatched command carries the
+/// element's id plus `expectedTarget` (the observed `pageRef` and element
+/// identity), so a page or element that changed since is refused before dispatch.
+/// The capture streams are the app SDK's, as for the native provider.
+fn h5_intent_provider(commands: &[String]) -> aab_plugin_api::protocol::IntentProvider {
+    use aab_plugin_api::protocol::{IntentAction, IntentCall, IntentProvider, IntentSummarize};
+    let native = native_intent_provider(commands);
+    let merge = |base: Value, extra: Value| {
+        let mut a = base;
+        if let (Value::Object(a), Value::Object(extra)) = (&mut a, extra) {
+            a.extend(extra);
+        }
+        a
+    };
+    let app = || json!({"serial": "${target.serial}", "adb": "${target.adb}", "packageName": "${target.packageName}", "port": "${target.port}"});
+    let observed_web_view = || json!({"webViewId": "${observation.pageRef.webViewId}"});
+    let bound = |extra: Value| {
+        merge(
+            merge(app(), observed_web_view()),
+            merge(json!({"selector": {"elementId": "${element.elementId}"}, "expectedTarget": {"pageRef": "${observation.pageRef}", "element": "${element.identity}"}}), extra),
+        )
+    };
+    let selector = json!({
+        "type": "object", "additionalProperties": false,
+        "description": "One control of the committed observation: its elementId, or its exact text or aria-label, optionally narrowed by tag",
+        "properties": {
+            "elementId": {"type": "string", "pattern": "^e[1-9][0-9]{0,9}$"},
+            "text": {"type": "string", "minLength": 1, "maxLength": 500},
+            "ariaLabel": {"type": "string", "minLength": 1, "maxLength": 1024},
+            "tag": {"type": "string", "pattern": "^[a-z][a-z0-9-]{0,63}$"}
+        },
+        "oneOf": [{"required": ["elementId"]}, {"required": ["text"]}, {"required": ["ariaLabel"]}]
+    });
+    let schema = |name: &str, extra: Value, required: &[&str]| {
+        let mut req = vec!["action"];
+        req.extend_from_slice(required);
+        json!({"type": "object", "additionalProperties": false, "properties": merge(json!({"action": {"const": name}}), extra), "required": req})
+    };
+    let with_selector = |extra: Value| merge(json!({"selector": selector.clone()}), extra);
+    let delta = |axis: &str| json!({"type": "number", "minimum": -2147483647, "maximum": 2147483647, "description": format!("CSS pixels along {axis}")});
+    let actions = [
+        IntentAction::new("tap", "h5-click", bound(json!({})), schema("tap", with_selector(json!({})), &["selector"])),
+        IntentAction::new(
+            "inputText",
+            "h5-input",
+            bound(json!({"text": "${action.value}"})),
+            schema("inputText", with_selector(json!({"value": {"type": "string", "maxLength": 16384}})), &["selector", "value"]),
+        ),
+        IntentAction::new("scroll", "h5-scroll", bound(json!({})), schema("scroll", with_selector(json!({})), &["selector"])),
+        IntentAction::new(
+            "scrollBy",
+            "h5-scroll",
+            merge(merge(app(), observed_web_view()), json!({"deltaX": "${action.deltaX}", "deltaY": "${action.deltaY}", "expectedPage": "${observation.pageRef}"})),
+            schema("scrollBy", json!({"deltaX": delta("x"), "deltaY": delta("y")}), &["deltaX", "deltaY"]),
+        ),
+    ];
+    let summarize = IntentSummarize::new("/dom/controls", "elementId")
+        .identity_fields(["elementId", "tag", "id", "name", "type", "text", "ariaLabel", "href"])
+        .node_fields(["elementId", "tag", "type", "id", "name", "text", "ariaLabel", "href", "value", "disabled", "visible", "editable", "interaction", "bounds"])
+        .selector_fields([("elementId", "elementId"), ("text", "text"), ("ariaLabel", "ariaLabel"), ("tag", "tag")])
+        .page([("pageRef", "/pageRef"), ("title", "/dom/title"), ("url", "/dom/url"), ("readyState", "/dom/readyState"), ("viewport", "/dom/viewport"), ("webView", "/webView"), ("activity", "/activity")])
+        .body_text("/dom/bodyText")
+        .source_truncated("/dom/truncated");
+    let observe = IntentCall::new("h5-dom", merge(app(), json!({"webViewId": "${observationTarget.webViewId}"})));
+    let mut provider = IntentProvider::new("android", "h5", native.target_schema.clone(), observe, summarize).observation_target(json!({
+        "type": "object", "additionalProperties": false,
+        "description": "Which WebView of the app to observe (default: the single visible WebView of the foreground window)",
+        "properties": {"webViewId": crate::h5::web_view_id_schema()}
+    }));
+    for a in actions.into_iter().filter(|a| commands.contains(&a.command)) {
+        provider = provider.action(a);
+    }
+    for s in native.streams {
+        provider = provider.stream(s);
+    }
+    provider
 }

@@ -54,6 +54,8 @@ pub struct Session {
     pub epoch: String,
     pub budget: Budget,
     pub foreground: Value,
+    /// The action family [`Session::execute`] acts in (native, or H5 through [`open_for`]).
+    pub family: &'static Family,
     /// When `open` started (the reply's `timingsMs` split the round trip).
     pub started: std::time::Instant,
 }
@@ -64,6 +66,13 @@ fn left(deadline: Deadline) -> Duration {
 
 /// Device, foreground (must be the app), SDK route and status with the schema.
 pub async fn open(ctx: &Context<'_>, app: &App) -> Result<Session, ProviderError> {
+    open_for(ctx, app, &NATIVE, check_status).await
+}
+
+/// [`open`] for another managed-execution family of the same SDK (H5): `check`
+/// reads the status (the schemas the family needs; returns the runtime epoch) and
+/// `family` is what [`Session::execute`] sends and records.
+pub async fn open_for(ctx: &Context<'_>, app: &App, family: &'static Family, check: fn(&str, &Value) -> Result<String, ProviderError>) -> Result<Session, ProviderError> {
     let started = std::time::Instant::now();
     let budget = Budget::new(ctx, app.adb_timeout_ms);
     let device = device(app.adb.as_deref(), app.serial.as_deref(), &budget).await?;
@@ -72,13 +81,19 @@ pub async fn open(ctx: &Context<'_>, app: &App) -> Result<Session, ProviderError
     let target = SdkTarget { device, package: app.package.clone(), port: app.port };
     let route = target.route(budget.adb()).await?;
     let status = http::request(route.forward.port, "GET", "/v1/status", None, budget.adb()).await.map_err(|e| e.not_dispatched())?.body;
-    let epoch = check_status(&app.package, &status)?;
-    Ok(Session { serial, package: app.package.clone(), route, epoch, budget, foreground: foreground.map(|f| json!({"package": f.window.package, "activity": f.window.activity, "pid": f.process.pid})).unwrap_or(Value::Null), started })
+    let epoch = check(&app.package, &status)?;
+    Ok(Session { serial, package: app.package.clone(), route, epoch, budget, foreground: foreground.map(|f| json!({"package": f.window.package, "activity": f.window.activity, "pid": f.process.pid})).unwrap_or(Value::Null), family, started })
 }
 
 /// The status must be ok, of this package, and advertise `aab.native-execution/v1`;
 /// returns the SDK's runtime epoch.
 pub fn check_status(package: &str, status: &Value) -> Result<String, ProviderError> {
+    check_status_with(package, status, &[("nativeExecutionSchema", SCHEMA)], NATIVE_EXECUTION_UNAVAILABLE)
+}
+
+/// [`check_status`] with the `debugBridge` schema fields a family requires
+/// (`(field, value)`); a missing or other value is `unavailable`, not dispatched.
+pub fn check_status_with(package: &str, status: &Value, required: &[(&str, &str)], unavailable: &str) -> Result<String, ProviderError> {
     if status.get("ok") != Some(&Value::Bool(true)) {
         let code = status.get("error").and_then(Value::as_str).unwrap_or(http::BRIDGE_PROTOCOL_ERROR).to_string();
         return Err(ProviderError::new(code, format!("the SDK of {package} refused the status read")).with_details(json!({"body": status})).not_dispatched());
@@ -88,10 +103,13 @@ pub fn check_status(package: &str, status: &Value) -> Result<String, ProviderErr
     {
         return Err(ProviderError::new(crate::sdk::endpoint::codes::BRIDGE_PACKAGE_MISMATCH, format!("the SDK status belongs to {found:?}, not {package:?}")).not_dispatched());
     }
-    if status.pointer("/debugBridge/nativeExecutionSchema").and_then(Value::as_str) != Some(SCHEMA) {
-        return Err(ProviderError::new(NATIVE_EXECUTION_UNAVAILABLE, format!("the SDK of {package} does not advertise {SCHEMA}; managed native actions are unavailable"))
-            .with_details(json!({"nativeExecutionSchema": status.pointer("/debugBridge/nativeExecutionSchema")}))
-            .not_dispatched());
+    for (field, want) in required {
+        let found = status.get("debugBridge").and_then(|b| b.get(*field));
+        if found.and_then(Value::as_str) != Some(*want) {
+            return Err(ProviderError::new(unavailable, format!("the SDK of {package} does not advertise {field} {want}; these managed actions are unavailable"))
+                .with_details(json!({ *field: found }))
+                .not_dispatched());
+        }
     }
     match status.pointer("/debugBridge/runtimeEpoch").and_then(Value::as_str) {
         Some(e) if crate::sdk::endpoint::is_runtime_epoch(e) => Ok(e.to_string()),
@@ -113,7 +131,7 @@ impl Session {
     /// Run one managed action: record, mark, POST once, classify (see the module doc).
     /// `extra_ms` widens the HTTP wait for actions that take time (gestures).
     pub async fn execute(&self, ctx: &Context<'_>, inv: &Invocation, command: &str, path: &str, body: Map<String, Value>, extra_ms: u64) -> Result<Value, ProviderError> {
-        self.execute_as(&NATIVE, ctx, inv, command, path, body, extra_ms).await
+        self.execute_as(self.family, ctx, inv, command, path, body, extra_ms).await
     }
 
     /// [`Session::execute`] for any action family (Flutter: `aab.flutter-execution/v1`, `/v1/flutter/cancel`).

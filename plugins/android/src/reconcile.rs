@@ -33,6 +33,7 @@ pub async fn reconcile(ctx: &Context<'_>, request: Value) -> Result<Value, Provi
     let answer = match record["kind"].as_str() {
         Some("native") => sdk(ctx, &record, &crate::native_exec::NATIVE).await,
         Some("flutter") => sdk(ctx, &record, &crate::flutter::FAMILY).await,
+        Some("h5") => sdk(ctx, &record, &crate::h5::FAMILY).await,
         Some("shell") => {
             // The phone's receipt names the job; the host matches on its own action
             // identity, which the record ties to the job.
@@ -69,7 +70,7 @@ async fn sdk(ctx: &Context<'_>, record: &Value, fam: &Family) -> Result<(Value, 
         .await
         .map_err(|e| unsettled("sdk_unreachable", json!({"error": e.error, "message": e.message})))?;
     // (A Flutter record holds the Dart epoch: its SDK answers not-active for another engine.)
-    if fam.kind == "native" && route.descriptor.runtime_epoch != epoch {
+    if fam.kind != "flutter" && route.descriptor.runtime_epoch != epoch {
         // The SDK keeps its one terminal receipt in memory: a new process cannot answer.
         return Err(unsettled("runtime_changed", json!({"recordedRuntimeEpoch": epoch, "currentRuntimeEpoch": route.descriptor.runtime_epoch})));
     }

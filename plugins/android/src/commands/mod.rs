@@ -39,6 +39,7 @@ mod clear_app_data;
 mod freeze;
 mod permission_change;
 mod appops_set;
+mod h5;
 mod flutter;
 
 /// Every Android command, in catalog order. One line per command: adding a command
@@ -75,6 +76,12 @@ pub fn list() -> Commands<AndroidProvider> {
         .add::<permission_change::PermissionGrant>()
         .add::<permission_change::PermissionRevoke>()
         .add::<appops_set::AppopsSet>()
+        .add::<h5::H5Dom>()
+        .add::<h5::H5Click>()
+        .add::<h5::H5Input>()
+        .add::<h5::H5Wait>()
+        .add::<h5::H5Scroll>()
+        .add::<h5::H5Eval>()
         .add::<flutter::FlutterTree>()
         .add::<flutter::FlutterNodes>()
         .add::<flutter::FlutterAction>()
@@ -151,7 +158,7 @@ mod tests {
     fn the_manifest_passes_the_sdk_checks() {
         let specs: Vec<CommandSpec> = list().specs().cloned().collect();
         let names: Vec<&str> = specs.iter().map(|c| c.command.as_str()).collect();
-        assert_eq!(names, ["status", "tree", "screenshot", "logs", "state", "network", "events", "logcat", "keyboard-state", "permission-state", "wait-text", "ui-observation", "forward", "remove-forward", "tap", "tap-native", "tap-text", "input-text", "native-gesture", "swipe", "keyevent", "hide-keyboard", "launch-app", "launch-activity", "clear-app-data", "freeze-app", "thaw-app", "permission-grant", "permission-revoke", "appops-set", "flutter-tree", "flutter-nodes", "flutter-action", "tap-flutter", "tap-flutter-text", "input-flutter-text", "scroll-flutter"]);
+        assert_eq!(names, ["status", "tree", "screenshot", "logs", "state", "network", "events", "logcat", "keyboard-state", "permission-state", "wait-text", "ui-observation", "forward", "remove-forward", "tap", "tap-native", "tap-text", "input-text", "native-gesture", "swipe", "keyevent", "hide-keyboard", "launch-app", "launch-activity", "clear-app-data", "freeze-app", "thaw-app", "permission-grant", "permission-revoke", "appops-set", "h5-dom", "h5-click", "h5-input", "h5-wait", "h5-scroll", "h5-eval", "flutter-tree", "flutter-nodes", "flutter-action", "tap-flutter", "tap-flutter-text", "input-flutter-text", "scroll-flutter"]);
         crate::manifest::manifest().commands(specs).check().unwrap();
     }
 }

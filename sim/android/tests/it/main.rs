@@ -14,3 +14,4 @@ mod flutter;
 mod sdk;
 mod support;
 mod userland;
+mod webview;
