@@ -222,7 +222,7 @@ impl View {
     pub fn logical_size(&self) -> (f64, f64) {
         ((self.bounds[2] - self.bounds[0]) as f64 / self.dpr, (self.bounds[3] - self.bounds[1]) as f64 / self.dpr)
     }
-    pub fn to_screen(&self, x: f64, y: f64) -> (i64, i64) {
+    pub fn to_screen(self, x: f64, y: f64) -> (i64, i64) {
         ((self.bounds[0] as f64 + x * self.dpr).round() as i64, (self.bounds[1] as f64 + y * self.dpr).round() as i64)
     }
 }

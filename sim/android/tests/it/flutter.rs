@@ -169,3 +169,56 @@ fn one_slot_permission_cancel_and_engine_restart() {
     let r = post(s.port, "/v1/flutter/action", &action(&op2, "r2", json!({ "action": "tapTarget", "selector": { "text": "Add to cart" }, "targetRef": add["targetRef"] }))).unwrap();
     assert_eq!(r["error"], json!("flutter_target_replaced"));
 }
+
+#[test]
+fn semantics_stop_at_depth_24_while_the_operable_tree_goes_on() {
+    // One Flutter screen whose widgets nest 55 deep (what a scenario file's JSON nesting
+    // allows), each with a text.
+    let mut w = json!({ "widgetType": "Text", "text": "leaf" });
+    for i in 0..55 {
+        w = json!({ "widgetType": "Padding", "text": format!("level {i}"), "children": [w] });
+    }
+    let scenario = json!({
+        "foreground": PKG,
+        "apps": [{ "package": PKG, "sdk": true, "activities": [".MainActivity"], "screens": [{ "name": "deep", "root": { "class": "android.widget.FrameLayout" },
+            "flutter": { "routes": [{ "name": "/", "root": w }] } }] }]
+    });
+    let env = Env::with_scenario(1, aab_android_sim::Scenario::parse(&scenario.to_string()).unwrap());
+    let s = sdk(&env);
+    let layout = http(s.port, "GET", "/v1/flutter/snapshot", None).1["flutter"]["layout"].clone();
+    let op = &layout["operable"];
+    assert_eq!((op["truncated"].clone(), op["count"].clone()), (json!(false), json!(56)));
+    assert_eq!((layout["widgetInspector"]["truncated"].clone(), layout["widgetInspector"]["count"].clone()), (json!(false), json!(56)));
+    let sem = &layout["semantics"];
+    assert_eq!((sem["truncated"].clone(), sem["count"].clone()), (json!(true), json!(25)), "depths 0..=24");
+}
+
+#[test]
+fn timeout_before_permission_settles_undispatched_after_it_is_pending() {
+    let env = Env::start(1);
+    let s = shop(&env);
+    let op = operable(&s);
+    let timed = |id: &str, ms: u64| {
+        let mut b = action(&op, id, json!({ "action": "tapText", "text": "Add to cart" }));
+        b["execution"]["timeoutMs"] = json!(ms);
+        b
+    };
+    // Busy Dart side: the timeout hits before the permission → settled at once, not dispatched.
+    env.control(json!({ "op": "faults", "set": { "flutterActionQueueMs": 5000 } }));
+    let r = post(s.port, "/v1/flutter/action", &timed("t1", 300)).unwrap();
+    assert_eq!((r["error"].clone(), r["dispatched"].clone(), r["settled"].clone()), (json!("flutter_action_timeout"), json!(false), json!(true)), "{r}");
+    // Slow after the permission: after the grace the reply is pending and ambiguous; the slot stays busy.
+    env.control(json!({ "op": "faults", "set": { "flutterActionQueueMs": 0, "flutterActionDelayMs": 2500 } }));
+    let r = post(s.port, "/v1/flutter/action", &timed("t2", 200)).unwrap();
+    assert_eq!((r["settled"].clone(), r["ambiguous"].clone(), r["dispatched"].clone()), (json!(false), json!(true), Value::Null), "{r}");
+    assert_eq!(post(s.port, "/v1/flutter/action", &timed("t3", 5000)).unwrap()["error"], json!("flutter_action_busy"));
+    // The real completion frees the slot (polled, no timing assumption).
+    while !flutter(&env)["slot"].is_null() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let c = post(s.port, "/v1/flutter/cancel", &json!({ "actionId": "t2", "runtimeEpoch": op["runtimeEpoch"] })).unwrap();
+    let rec = &c["executionResult"];
+    assert_eq!((rec["error"].clone(), rec["dispatched"].clone()), (json!("flutter_action_timeout"), json!(true)), "{c}");
+    let taps: Vec<Value> = flutter(&env)["effects"].as_array().unwrap().iter().filter(|e| e["kind"] == "flutter-tap").cloned().collect();
+    assert_eq!(taps.iter().map(|t| t["data"]["actionId"].clone()).collect::<Vec<_>>(), [json!("t2")], "t1 never ran, t2 ran once");
+}
