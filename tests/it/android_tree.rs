@@ -66,7 +66,7 @@ fn android_tree_follows_the_simulated_screen() {
     let tree = w.ok("tree", json!({"packageName": SAMPLE, "compact": true, "visibleOnly": true}));
     assert_eq!(tree["activity"], truth["activity"]);
     assert_eq!(truth["activity"], json!(format!("{SAMPLE}.WelcomeActivity")));
-    assert_eq!(compact_ids(&tree), ["content", "greeting", "sign_out"]);
+    assert_eq!(compact_ids(&tree), ["content", "greeting", "sign_out", "open_web"]);
     assert_eq!(tree["returned"].as_u64().unwrap() as usize, uiautomator_nodes(&w));
 
     // Not in the foreground: the SDK's own code, nothing dispatched.

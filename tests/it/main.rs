@@ -15,6 +15,7 @@ mod android_native;
 mod android_shell;
 mod android_scale;
 mod facts;
+mod h5_renderer;
 mod foundation;
 mod hostile;
 mod intent;

@@ -362,6 +362,253 @@
     return c;
   }
 
+  // Assign through the prototype's setter: frameworks that track the value
+  // property (React and the like) then see the change as a user edit.
+  function setNativeValue(el, value) {
+    var proto = tagOf(el) === 'textarea' ? root.HTMLTextAreaElement.prototype : root.HTMLInputElement.prototype;
+    var desc = Object.getOwnPropertyDescriptor(proto, 'value');
+    if (desc && desc.set) desc.set.call(el, value); else el.value = value;
+  }
+
+  // ------------------------------------------------------------------ mobile H5 renderer
+  // The renderer the mobile SDKs run inside a WebView page (one request per
+  // evaluation): `h5Render({operation, seed, errorPrefix, payload?, geometry?})`.
+  // It describes the page with the same element identity, visibility, disabled,
+  // editable and interaction code as the Web snapshot above, but in the mobile
+  // control shape (string identity fields, no role/placeholder/checked), and it
+  // keeps its own per-document state (documentId = seed, `seed:<generation>`
+  // after every history transition, suspended on pagehide) in a hidden window
+  // property so a stale page reference is refused with `reobserve_required`.
+  //
+  // Click and input run in two evaluations: `prepare` checks the element and
+  // returns its geometry (x/y = the CSS point the native side hit-tests, width/
+  // height = the CSS viewport, scrollX/scrollY, bounds = the element's rect); the
+  // final `action` recomputes the geometry and acts only when it is identical.
+
+  var H5_STATE_KEYS = { android_h5_: '__aabAndroidH5TargetV1', flutter_h5_: '__aabFlutterH5TargetV1' };
+  var H5_LIMITS = { controls: 1000, scan: 5000, text: 500, value: 500, bodyText: 20000, title: 1024 };
+  var H5_IDENTITY_KEYS = ['elementId', 'tag', 'id', 'name', 'type', 'text', 'ariaLabel', 'href'];
+
+  function h5Fail(code, dispatched, extra) {
+    var r = { ok: false, error: code, message: 'WebView execution rejected: ' + code, dispatched: !!dispatched, ambiguous: false };
+    if (extra) for (var k in extra) r[k] = extra[k];
+    return r;
+  }
+
+  function h5Str(v) { return v == null ? '' : String(v); }
+
+  // Mobile text is the element's own rendered text, never a typed value: empty
+  // for text-entry controls and for anything password-like.
+  function h5TextOf(el) {
+    if (isSensitive(el)) return '';
+    return clip(collapse(el.innerText != null ? el.innerText : el.textContent), H5_LIMITS.text);
+  }
+
+  function h5ValueOf(el) {
+    var tag = tagOf(el);
+    if (tag !== 'input' && tag !== 'textarea' && tag !== 'select') return '';
+    if (isSensitive(el)) return '[REDACTED]';
+    return clip(h5Str(el.value), H5_LIMITS.value);
+  }
+
+  function h5IdentityOf(el) {
+    var c = identityOf(el);
+    return { elementId: c.elementId, tag: c.tag, id: h5Str(c.id), name: h5Str(c.name), type: h5Str(c.type), text: h5TextOf(el), ariaLabel: h5Str(c.ariaLabel), href: h5Str(c.href) };
+  }
+
+  function h5Describe(el) {
+    var c = h5IdentityOf(el);
+    var visible = isVisible(el);
+    var disabled = isDisabled(el);
+    c.value = h5ValueOf(el);
+    c.visible = visible;
+    c.disabled = disabled;
+    c.editable = isEditable(el);
+    c.interaction = interactionOf(el, visible, disabled);
+    c.bounds = rectOf(el);
+    return c;
+  }
+
+  function h5Viewport() {
+    return {
+      width: root.innerWidth || document.documentElement.clientWidth,
+      height: root.innerHeight || document.documentElement.clientHeight,
+      scrollX: Math.round(root.scrollX),
+      scrollY: Math.round(root.scrollY)
+    };
+  }
+
+  // The live state of this document, or null when there is none (never
+  // observed, another document, or suspended by pagehide).
+  function h5State(key) {
+    var s = root[key];
+    if (!s || s.document !== document || s.suspended) return null;
+    return s;
+  }
+
+  function h5Observe(key, seed) {
+    var live = h5State(key);
+    if (live) return live;
+    var old = root[key];
+    if (old && old.listener) doc.listeners = doc.listeners.filter(function (l) { return l !== old.listener; });
+    var s = { seed: seed, generation: 0, documentId: seed, suspended: false, document: document, listener: null };
+    var bump = function () { s.generation += 1; s.documentId = s.seed + ':' + s.generation; };
+    s.listener = function (reason) {
+      if (root[key] !== s) return;
+      if (reason === 'pagehide') { s.suspended = true; return; }
+      // pageshow counts only when the page comes back from the back/forward
+      // cache (below): the first one follows the initial load and changes nothing.
+      if (reason !== 'pageshow') bump();
+    };
+    doc.listeners.push(s.listener);
+    root.addEventListener('pageshow', function (e) { if (root[key] === s && e.persisted) bump(); }, true);
+    try { Object.defineProperty(root, key, { value: s, enumerable: false, configurable: true, writable: true }); } catch (e) { root[key] = s; }
+    return s;
+  }
+
+  function h5Snapshot(s) {
+    var list = document.querySelectorAll(CONTROL_QUERY);
+    var controls = [];
+    for (var i = 0; i < list.length && controls.length < H5_LIMITS.controls; i++) controls.push(h5Describe(list[i]));
+    var body = document.body ? h5Str(document.body.innerText) : '';
+    return {
+      ok: true,
+      dom: {
+        documentId: s.documentId,
+        url: currentUrl(),
+        title: clip(document.title, H5_LIMITS.title),
+        readyState: document.readyState,
+        viewport: h5Viewport(),
+        bodyText: body.length > H5_LIMITS.bodyText ? body.slice(0, H5_LIMITS.bodyText) : body,
+        bodyTextTruncated: body.length > H5_LIMITS.bodyText,
+        controlCount: list.length,
+        truncated: list.length > H5_LIMITS.controls,
+        controls: controls
+      }
+    };
+  }
+
+  // The one control carrying the observed elementId, with the observed identity.
+  function h5Resolve(prefix, ref) {
+    var list = document.querySelectorAll(CONTROL_QUERY);
+    if (list.length > H5_LIMITS.scan) return h5Fail(prefix + 'target_scan_truncated', false, { controlCount: list.length });
+    var found = [];
+    for (var i = 0; i < list.length; i++) if (doc.ids.get(list[i]) === ref.elementId) found.push(list[i]);
+    if (found.length !== 1) return h5Fail(prefix + 'target_changed');
+    var identity = h5IdentityOf(found[0]);
+    for (var k = 0; k < H5_IDENTITY_KEYS.length; k++) {
+      var key = H5_IDENTITY_KEYS[k];
+      if (identity[key] !== ref[key]) return h5Fail(prefix + 'target_changed', false, { field: key });
+    }
+    return { ok: true, element: found[0], identity: identity };
+  }
+
+  // Everything click/input need, checked again in the final turn.
+  function h5Prepare(prefix, payload) {
+    var r = h5Resolve(prefix, payload.element);
+    if (!r.ok) return r;
+    var el = r.element;
+    var visible = isVisible(el), disabled = isDisabled(el);
+    var unusable = payload.action === 'input' ? 'target_not_editable' : 'target_not_clickable';
+    if (!visible || disabled) return h5Fail(prefix + unusable);
+    if (payload.action === 'input' && !isEditable(el)) return h5Fail(prefix + 'target_not_editable');
+    var interaction = interactionOf(el, visible, disabled);
+    if (interaction.status === 'outside-viewport') return h5Fail(prefix + 'target_outside_viewport');
+    if (interaction.status !== 'ready') return h5Fail(prefix + 'target_obscured', false, { interaction: interaction });
+    var v = h5Viewport();
+    var geometry = { x: interaction.point.x, y: interaction.point.y, width: v.width, height: v.height, scrollX: v.scrollX, scrollY: v.scrollY, bounds: rectOf(el) };
+    return { ok: true, element: el, identity: r.identity, interaction: interaction, geometry: geometry };
+  }
+
+  function h5Eval(script) {
+    var failed = function (e) { return h5Fail('h5_script_failed', true, { scriptError: clip(String(e && e.message || e), 2000) }); };
+    var value;
+    try { value = (0, eval)(script); } catch (e) { return failed(e); }
+    var done = function (v) { return { ok: true, result: jsonClone(v), dispatched: true, ambiguous: false }; };
+    if (value && typeof value.then === 'function') return Promise.resolve(value).then(done, failed);
+    return done(value);
+  }
+
+  function h5Act(prefix, payload, geometry) {
+    var prepared = h5Prepare(prefix, payload);
+    if (!prepared.ok) return prepared;
+    if (!sameJson(prepared.geometry, geometry)) return h5Fail(prefix + 'target_changed', false, { geometry: prepared.geometry });
+    var el = prepared.element;
+    if (payload.action === 'click') {
+      el.click();
+      return { ok: true, dispatched: true, ambiguous: false, action: 'click', element: prepared.identity, interaction: prepared.interaction, geometry: prepared.geometry };
+    }
+    // Input: focus first; focus handlers may rewrite the page, so check again.
+    if (document.activeElement !== el) { try { el.focus({ preventScroll: true }); } catch (e) { el.focus(); } }
+    var again = h5Prepare(prefix, payload);
+    if (!again.ok || again.element !== el || !sameJson(again.geometry, geometry)) return h5Fail(prefix + 'target_changed', true);
+    if (el.isContentEditable) el.innerText = payload.text;
+    else setNativeValue(el, payload.text);
+    el.dispatchEvent(new Event('input', { bubbles: true }));
+    el.dispatchEvent(new Event('change', { bubbles: true }));
+    var now = el.isContentEditable ? h5Str(el.innerText).replace(/\n$/, '') : h5Str(el.value);
+    var out = { ok: true, dispatched: true, ambiguous: false, action: 'input', element: prepared.identity, geometry: prepared.geometry, sensitive: isSensitive(el), valueLength: now.length, accepted: now === payload.text };
+    if (!out.sensitive) out.value = clip(now, H5_LIMITS.value);
+    return out;
+  }
+
+  function h5Render(request) {
+    try {
+      if (!request || typeof request !== 'object') return h5Fail('invalid_h5_request');
+      var prefix = request.errorPrefix;
+      var key = H5_STATE_KEYS.hasOwnProperty(prefix) ? H5_STATE_KEYS[prefix] : null;
+      if (!key || typeof request.seed !== 'string' || !request.seed) return h5Fail('invalid_h5_request');
+      if (typeof document === 'undefined' || !doc) return h5Fail(prefix + 'document_unavailable');
+      var op = request.operation;
+      if (op === 'snapshot') return h5Snapshot(h5Observe(key, request.seed));
+      if (op !== 'prepare' && op !== 'action') return h5Fail('invalid_h5_request');
+      var p = request.payload;
+      if (!p || typeof p !== 'object') return h5Fail('invalid_h5_payload');
+      var s = h5State(key);
+      var ref = p.pageRef;
+      if (!s || !ref || ref.documentId !== s.documentId || ref.url !== currentUrl()) return h5Fail('reobserve_required');
+      var a = p.action;
+      var pointer = a === 'click' || a === 'input';
+      if (op === 'prepare' && !pointer) return h5Fail('invalid_h5_action');
+      if (pointer || a === 'scroll') {
+        if (!p.element || typeof p.element !== 'object' || typeof p.element.elementId !== 'string') return h5Fail('invalid_h5_element_ref');
+        if (a === 'input' && typeof p.text !== 'string') return h5Fail('invalid_h5_text');
+      }
+      if (op === 'prepare') {
+        var prepared = h5Prepare(prefix, p);
+        if (!prepared.ok) return prepared;
+        return { ok: true, dispatched: false, ambiguous: false, element: prepared.identity, interaction: prepared.interaction, geometry: prepared.geometry };
+      }
+      if (a === 'eval') {
+        if (typeof p.script !== 'string') return h5Fail('invalid_h5_script');
+        return h5Eval(p.script);
+      }
+      if (a === 'scrollBy') {
+        var dx = Number(p.deltaX), dy = Number(p.deltaY);
+        if (!isFinite(dx) || !isFinite(dy) || (dx === 0 && dy === 0)) return h5Fail('invalid_h5_scroll');
+        root.scrollBy({ left: dx, top: dy, behavior: 'instant' });
+        return { ok: true, dispatched: true, ambiguous: false, scrollX: Math.round(root.scrollX), scrollY: Math.round(root.scrollY) };
+      }
+      if (a === 'scroll') {
+        var r = h5Resolve(prefix, p.element);
+        if (!r.ok) return r;
+        if (!isVisible(r.element) || isDisabled(r.element)) return h5Fail(prefix + 'target_not_clickable');
+        r.element.scrollIntoView({ block: 'center', inline: 'center', behavior: 'instant' });
+        var vis = isVisible(r.element), dis = isDisabled(r.element);
+        return { ok: true, dispatched: true, ambiguous: false, element: r.identity, bounds: rectOf(r.element), interaction: interactionOf(r.element, vis, dis) };
+      }
+      if (pointer) {
+        if (!request.geometry || typeof request.geometry !== 'object') return h5Fail('invalid_h5_request');
+        return h5Act(prefix, p, request.geometry);
+      }
+      return h5Fail('invalid_h5_action');
+    } catch (e) {
+      // A renderer fault: in an action turn the effect may or may not have run.
+      var acting = !!request && request.operation === 'action';
+      return h5Fail('h5_renderer_failed', false, { dispatched: acting ? null : false, ambiguous: acting, scriptError: clip(String(e && e.message || e), 2000) });
+    }
+  }
+
   // ------------------------------------------------------------------ the bridge
 
   function createAiAppBridge(options) {
@@ -1056,12 +1303,6 @@
 
     // -------------------------------------------------------------- action executor
 
-    function setNativeValue(el, value) {
-      var proto = tagOf(el) === 'textarea' ? root.HTMLTextAreaElement.prototype : root.HTMLInputElement.prototype;
-      var desc = Object.getOwnPropertyDescriptor(proto, 'value');
-      if (desc && desc.set) desc.set.call(el, value); else el.value = value;
-    }
-
     // Each executor returns {ok:false,...} before permission (nothing happened) or
     // calls permit() and returns the outcome of the effect.
     var executors = {
@@ -1536,5 +1777,5 @@
     return api;
   }
 
-  return { createAiAppBridge: createAiAppBridge, PROTOCOL: PROTOCOL, version: '0.1.0' };
+  return { createAiAppBridge: createAiAppBridge, h5Render: h5Render, PROTOCOL: PROTOCOL, version: '0.1.0' };
 });

@@ -222,6 +222,7 @@ pub async fn handle(devices: &[Arc<Device>], req: &Value) -> Value {
             });
             json!({ "ok": true })
         }
+        "webviews" | "webview-set" | "webview-eval" | "h5-requests" => crate::webview::control(&dev, req).await,
         _ => crate::control_timed::handle(devices, &dev, req).unwrap_or_else(|| err("unknown_op", format!("unknown op {op:?}"))),
     }
 }

@@ -30,6 +30,7 @@ mod services;
 mod tools;
 mod uiautomator;
 mod validation;
+pub mod webview;
 mod wire;
 
 use std::path::PathBuf;
@@ -139,6 +140,7 @@ impl Simulator {
         for d in &self.devices {
             d.drop_connections();
             rootfs::kill_processes_in(&d.root);
+            webview::shutdown(d);
         }
         if self.owns_base {
             let _ = std::fs::remove_dir_all(&self.base_dir);

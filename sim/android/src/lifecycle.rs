@@ -108,6 +108,7 @@ pub fn start_process(dev: &Arc<Device>, idx: usize) -> u32 {
         crate::sdk::start(dev.clone(), package.clone(), proc_.epoch.clone(), sdk_version);
     }
     write_net_unix(dev);
+    crate::webview::process_started(dev);
     dev.record("process-start", json!({ "package": package, "pid": proc_.pid, "runtimeEpoch": if sdk { Some(&proc_.epoch) } else { None } }));
     proc_.pid
 }
@@ -130,6 +131,7 @@ pub fn stop_process(dev: &Arc<Device>, idx: usize, reason: &str) {
         crate::sdk_actions::process_gone(&p.epoch);
     }
     let _ = std::fs::remove_dir_all(proc_path(dev, &p.pid.to_string()));
+    crate::webview::process_stopped(dev, &package);
     write_net_unix(dev);
     dev.record("process-stop", json!({ "package": package, "pid": p.pid, "reason": reason }));
 }

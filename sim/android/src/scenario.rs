@@ -99,6 +99,51 @@ pub struct AppSpec {
     /// Capture records the SDK already holds at process start.
     pub logs: Vec<Value>,
     pub state: Vec<Value>,
+    /// WebViews, each a real page in headless Chromium (src/webview/).
+    pub web_views: Vec<WebViewSpec>,
+}
+
+/// One WebView of an app (README: "WebViews").
+#[derive(Deserialize, Clone, Debug)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct WebViewSpec {
+    pub web_view_id: String,
+    /// `standard` (android.webkit.WebView) or `reflective` (a vendor class with evaluateJavascript).
+    pub adapter: String,
+    pub class_name: String,
+    /// Relative: a path on the device's H5 server (`h5/signup.html`); or absolute.
+    pub url: String,
+    /// Screen it lives on (created when first shown); none = from process start, on every screen.
+    pub screen: Option<String>,
+    /// Another window of the app (a dialog) instead of the screen's activity window.
+    pub window: Option<String>,
+    /// [l,t,r,b] in screen px; default the whole screen.
+    pub bounds: Option<[i32; 4]>,
+    /// Device px per CSS px; default density/160.
+    pub scale: Option<f64>,
+    pub visible: bool,
+    /// `identity`, or a description of a non-identity matrix (e.g. `rotate(5deg)`).
+    pub transform: String,
+    /// A native view covering this screen rect over the WebView.
+    pub obscured: Option<[i32; 4]>,
+}
+
+impl Default for WebViewSpec {
+    fn default() -> Self {
+        WebViewSpec {
+            web_view_id: String::new(),
+            adapter: "standard".into(),
+            class_name: "android.webkit.WebView".into(),
+            url: "about:blank".into(),
+            screen: None,
+            window: None,
+            bounds: None,
+            scale: None,
+            visible: true,
+            transform: "identity".into(),
+            obscured: None,
+        }
+    }
 }
 
 #[derive(Deserialize, Clone, Debug, Default)]

@@ -13,3 +13,4 @@ mod effects;
 mod sdk;
 mod support;
 mod userland;
+mod webview;
