@@ -37,6 +37,12 @@ pub struct Faults {
     /// The app process dies while each of the next N admitted SDK actions runs
     /// (before its effect): the action never completes, the connection closes.
     pub sdk_crash_mid_action: u32,
+    /// The next N H5 actions (`/v1/h5/action`) take effect and settle (the receipt
+    /// is retained for cancel), then the connection closes without a reply.
+    pub h5_drop_action_replies: u32,
+    /// An admitted H5 action holds the slot this long before its effect turn (a
+    /// cancel or timeout during the wait ends it undispatched).
+    pub h5_action_delay_ms: u64,
 }
 
 impl Faults {

@@ -15,6 +15,7 @@ pub mod control;
 mod control_timed;
 pub mod device;
 mod dumpsys;
+mod h5;
 pub mod hold;
 pub mod faults;
 mod lifecycle;

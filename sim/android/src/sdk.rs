@@ -135,6 +135,7 @@ async fn serve(dev: Arc<Device>, package: String, epoch: String, version: String
                 return;
             }
         },
+        (_, p) if p.starts_with("/v1/h5/") => match crate::h5::handle(&dev, &package, &epoch, &req.method, &req.path, &req.query, &req.body).await { Some(r) => r, None => { let _ = io.shutdown().await; return; } },
         _ => route(&dev, &package, &epoch, &version, &req),
     };
     dev.record("sdk-request", json!({ "package": package, "runtimeEpoch": epoch, "method": req.method, "path": req.path, "status": status }));
@@ -216,7 +217,7 @@ fn status(ph: &crate::phone::Phone, idx: usize, fg: bool, epoch: &str, version: 
             "name": "ai_app_bridge", "version": version, "transport": "localabstract", "runtimeEpoch": epoch,
             "nativeTargetSchema": "aab.native-target/v1", "nativeExecutionSchema": "aab.native-execution/v1",
             "h5ExecutionSchema": "aab.h5-execution/v1", "h5TargetSchema": "aab.android-h5-target/v1",
-            "h5Action": null, "nativeAction": crate::sdk_actions::active_identity(epoch), "flutterAction": null,
+            "h5Action": crate::sdk_actions::active_identity_of(epoch, "h5"), "nativeAction": crate::sdk_actions::active_identity(epoch), "flutterAction": null,
             "captureTargetKey": app.package, "socketName": format!("aab-sdk-{epoch}"),
         },
         "app": { "packageName": app.package, "versionName": app.spec.version_name, "versionCode": app.spec.version_code.unwrap_or(1), "debuggable": app.debuggable() },

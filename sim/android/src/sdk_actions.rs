@@ -21,6 +21,7 @@ use tokio::sync::{Notify, watch};
 use crate::device::{Device, now_ms};
 
 const SCHEMA: &str = "aab.native-execution/v1";
+const H5_SCHEMA: &str = "aab.h5-execution/v1";
 const GRACE: Duration = Duration::from_millis(1500);
 const ACTION_ROUTES: [&str; 5] = ["tap", "tap-target", "input-text", "input-target", "gesture-target"];
 
@@ -36,6 +37,8 @@ enum Outcome {
 struct Active {
     action_id: String,
     kind: String,
+    /// The action family holding the slot: "native" or "h5" (codes, schema, events).
+    family: &'static str,
     /// `(started, stopReason)` under one lock so a stop and the start cannot cross.
     state: Mutex<(bool, Option<String>)>,
     stopped: Notify,
@@ -73,10 +76,19 @@ fn target_failure(code: &str, dispatched: bool) -> Value {
 
 /// `debugBridge.nativeAction` of `GET /v1/status`: the active operation or null.
 pub fn active_identity(epoch: &str) -> Value {
+    active_identity_of(epoch, "native")
+}
+
+/// The active operation of one family (`nativeAction` / `h5Action`) or null.
+pub fn active_identity_of(epoch: &str, family: &str) -> Value {
     with_slot(epoch, |s| match &s.active {
-        Some(a) => json!({ "schemaVersion": SCHEMA, "actionId": a.action_id, "runtimeEpoch": epoch, "kind": a.kind, "settled": false, "stopReason": a.state.lock().unwrap().1 }),
-        None => Value::Null,
+        Some(a) if a.family == family => json!({ "schemaVersion": schema_of(family), "actionId": a.action_id, "runtimeEpoch": epoch, "kind": a.kind, "settled": false, "stopReason": a.state.lock().unwrap().1 }),
+        _ => Value::Null,
     })
+}
+
+fn schema_of(family: &str) -> &'static str {
+    if family == "h5" { H5_SCHEMA } else { SCHEMA }
 }
 
 /// The process of `epoch` died: its running action never completes.
@@ -120,7 +132,7 @@ pub async fn handle(dev: &Arc<Device>, package: &str, epoch: &str, path: &str, b
     let Ok(Value::Object(req)) = serde_json::from_slice::<Value>(body) else { return Some((200, json!({ "ok": false, "error": "invalid_json" }))) };
     let kind = path.trim_start_matches("/v1/action/");
     if kind == "cancel" {
-        return cancel(&req, epoch).await;
+        return cancel(&req, epoch, "native").await;
     }
     if !ACTION_ROUTES.contains(&kind) {
         return Some((404, json!({ "ok": false, "error": "not_found" })));
@@ -150,13 +162,13 @@ pub async fn handle(dev: &Arc<Device>, package: &str, epoch: &str, path: &str, b
         return Some((200, r));
     }
     let active = with_slot(epoch, |s| {
-        if s.active.is_some() {
-            return Err(reject("native_action_busy"));
+        if let Some(a) = &s.active {
+            return Err(reject(&format!("{}_action_busy", a.family)));
         }
         if s.last.as_ref().is_some_and(|l| l["actionId"] == action_id.as_str()) {
             return Err(reject("native_action_id_reused"));
         }
-        let a = Arc::new(Active { action_id: action_id.clone(), kind: kind.to_string(), state: Mutex::new((false, None)), stopped: Notify::new(), outcome: watch::Sender::new(Outcome::Pending) });
+        let a = Arc::new(Active { action_id: action_id.clone(), kind: kind.to_string(), family: "native", state: Mutex::new((false, None)), stopped: Notify::new(), outcome: watch::Sender::new(Outcome::Pending) });
         s.active = Some(a.clone());
         Ok(a)
     });
@@ -238,7 +250,7 @@ fn settle(dev: &Arc<Device>, package: &str, epoch: &str, a: &Arc<Active>, mut re
     obj.insert("actionId".into(), json!(action_id));
     obj.insert("runtimeEpoch".into(), json!(epoch));
     obj.insert("settled".into(), json!(true));
-    obj.insert("execution".into(), json!({ "schemaVersion": SCHEMA, "actionId": action_id, "runtimeEpoch": epoch, "settled": true }));
+    obj.insert("execution".into(), json!({ "schemaVersion": schema_of(a.family), "actionId": action_id, "runtimeEpoch": epoch, "settled": true }));
     obj.insert("updatedAtMs".into(), json!(now_ms()));
     let still = with_slot(epoch, |s| {
         if !s.active.as_ref().is_some_and(|x| Arc::ptr_eq(x, a)) {
@@ -251,7 +263,7 @@ fn settle(dev: &Arc<Device>, package: &str, epoch: &str, a: &Arc<Active>, mut re
     if !still {
         return;
     }
-    let settled = json!({ "category": "interaction", "name": "native.action.settled", "data": { "execution": result["execution"], "ok": result["ok"], "dispatched": result["dispatched"], "ambiguous": result["ambiguous"], "error": result.get("error") } });
+    let settled = json!({ "category": "interaction", "name": format!("{}.action.settled", a.family), "data": { "execution": result["execution"], "ok": result["ok"], "dispatched": result["dispatched"], "ambiguous": result["ambiguous"], "error": result.get("error") } });
     {
         let mut ph = dev.phone.lock().unwrap();
         if let Some(i) = ph.app_index(package) {
@@ -262,13 +274,17 @@ fn settle(dev: &Arc<Device>, package: &str, epoch: &str, a: &Arc<Active>, mut re
     a.outcome.send_replace(Outcome::Settled(result));
 }
 
-async fn cancel(req: &Map<String, Value>, epoch: &str) -> Option<(u16, Value)> {
+/// `POST /v1/action/cancel` (family "native") or `/v1/h5/cancel` ("h5"): the
+/// retained receipt of either family when it matches, else a stop of the
+/// active action whatever its family (the slot is shared).
+pub(crate) async fn cancel(req: &Map<String, Value>, epoch: &str, family: &str) -> Option<(u16, Value)> {
     let ok_shape = req.len() == 2 && req.get("actionId").is_some_and(Value::is_string) && req.get("runtimeEpoch").is_some_and(Value::is_string);
     if !ok_shape {
-        return Some((200, reject("invalid_native_execution_identity")));
+        return Some((200, reject(&format!("invalid_{family}_execution_identity"))));
     }
     let (id, ep) = (req["actionId"].as_str().unwrap(), req["runtimeEpoch"].as_str().unwrap());
-    let not_active = json!({ "ok": false, "error": "native_action_not_active", "message": "Native action is not active", "actionId": id, "runtimeEpoch": ep, "dispatched": false, "ambiguous": false });
+    let noun = if family == "h5" { "H5" } else { "Native" };
+    let not_active = json!({ "ok": false, "error": format!("{family}_action_not_active"), "message": format!("{noun} action is not active"), "actionId": id, "runtimeEpoch": ep, "dispatched": false, "ambiguous": false });
     if ep != epoch {
         return Some((200, not_active));
     }
@@ -277,18 +293,18 @@ async fn cancel(req: &Map<String, Value>, epoch: &str) -> Option<(u16, Value)> {
         return Some((200, json!({ "ok": true, "actionId": id, "runtimeEpoch": ep, "executionResult": l })));
     }
     let Some(a) = active.filter(|a| a.action_id == id) else { return Some((200, not_active)) };
-    stop(&a, "native_action_cancelled");
+    stop(&a, &format!("{}_action_cancelled", a.family));
     match wait(&a, GRACE).await {
         Outcome::Settled(v) => Some((200, json!({ "ok": true, "actionId": id, "runtimeEpoch": ep, "executionResult": v }))),
         Outcome::Gone => None,
-        Outcome::Pending => Some((200, json!({ "ok": false, "error": "native_action_cancel_pending", "message": "Native action is still running", "actionId": id, "runtimeEpoch": ep, "dispatched": null, "ambiguous": true, "settled": false }))),
+        Outcome::Pending => Some((200, json!({ "ok": false, "error": format!("{}_action_cancel_pending", a.family), "message": "The action is still running", "actionId": id, "runtimeEpoch": ep, "dispatched": null, "ambiguous": true, "settled": false }))),
     }
 }
 
 /// `POST /v1/app/clear-data`: refused while an action holds the slot.
 fn clear_data(dev: &Arc<Device>, package: &str, epoch: &str) -> Value {
-    if with_slot(epoch, |s| s.active.is_some()) {
-        return reject("native_action_busy");
+    if let Some(family) = with_slot(epoch, |s| s.active.as_ref().map(|a| a.family)) {
+        return reject(&format!("{family}_action_busy"));
     }
     let version = {
         let mut ph = dev.phone.lock().unwrap();
@@ -315,7 +331,7 @@ pub fn actions(dev: &Device) -> Value {
     }
     let list: Vec<Value> = truth
         .iter()
-        .filter(|r| ["tap", "text", "swipe", "keyevent", "gesture", "clear-data"].contains(&r["kind"].as_str().unwrap_or("")))
+        .filter(|r| ["tap", "text", "swipe", "keyevent", "gesture", "clear-data", "h5"].contains(&r["kind"].as_str().unwrap_or("")))
         .map(|r| {
             let seq = r["seq"].as_u64().unwrap_or(0);
             let id = owner.iter().find(|(a, t, _)| seq > *a && seq <= *t).map(|o| o.2.clone()).unwrap_or(Value::Null);
@@ -533,4 +549,79 @@ fn replace_text(dev: &Arc<Device>, package: &str, id: Option<String>, text: &str
         "transport": "bridge", "source": "native-view", "text": text, "textLength": text.chars().count(),
         "requestedFocus": true, "focused": true, "windowType": "activity", "target": target,
     })
+}
+
+/// Another action family (H5) in the same one slot: `admit` takes the slot (or
+/// names the busy family / a reused id); the caller runs its task, calls
+/// `start` right before the effect (a stop that came first wins), and `settle`s
+/// exactly once; `reply` is what the request connection answers.
+pub(crate) struct Lease {
+    a: Arc<Active>,
+    epoch: String,
+}
+
+pub(crate) fn admit(epoch: &str, family: &'static str, kind: &str, action_id: &str, timeout_ms: u64) -> Result<Lease, String> {
+    let a = with_slot(epoch, |s| {
+        if let Some(a) = &s.active {
+            return Err(format!("{}_action_busy", a.family));
+        }
+        if s.last.as_ref().is_some_and(|l| l["actionId"] == action_id) {
+            return Err(format!("{family}_action_id_reused"));
+        }
+        let a = Arc::new(Active { action_id: action_id.to_string(), kind: kind.to_string(), family, state: Mutex::new((false, None)), stopped: Notify::new(), outcome: watch::Sender::new(Outcome::Pending) });
+        s.active = Some(a.clone());
+        Ok(a)
+    })?;
+    let timer = a.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(timeout_ms)).await;
+        stop(&timer, &format!("{family}_action_timeout"));
+    });
+    Ok(Lease { a, epoch: epoch.to_string() })
+}
+
+impl Lease {
+    /// The effect is about to run: from now on a stop no longer prevents it.
+    /// `Err(stopReason)` when a timeout or cancel came first.
+    pub(crate) fn start(&self) -> Result<(), String> {
+        let mut st = self.a.state.lock().unwrap();
+        if let Some(reason) = st.1.clone() {
+            return Err(reason);
+        }
+        st.0 = true;
+        Ok(())
+    }
+
+    /// Waits up to `limit` while holding the slot; a stop ends the wait early.
+    pub(crate) async fn pause(&self, limit: Duration) {
+        let _ = tokio::time::timeout(limit, self.a.stopped.notified()).await;
+    }
+
+    /// Whether this action still holds the slot (false once its process died).
+    pub(crate) fn alive(&self) -> bool {
+        with_slot(&self.epoch, |s| s.active.as_ref().is_some_and(|x| Arc::ptr_eq(x, &self.a)))
+    }
+
+    /// Settles the action (a stop forces `ok:false, error:<stopReason>`), retains
+    /// the receipt and records it; `effects` = the device-truth range it caused.
+    pub(crate) fn settle(&self, dev: &Arc<Device>, package: &str, mut result: Value, effects: (u64, u64)) {
+        if let Some(reason) = self.a.state.lock().unwrap().1.clone() {
+            result["ok"] = json!(false);
+            result["error"] = json!(reason);
+        }
+        settle(dev, package, &self.epoch, &self.a, result, effects);
+    }
+
+    /// What the request answers: the receipt, or after timeout + grace the
+    /// pending ambiguous reply; None when the process died.
+    pub(crate) async fn reply(&self, timeout_ms: u64) -> Option<Value> {
+        match wait(&self.a, Duration::from_millis(timeout_ms) + GRACE).await {
+            Outcome::Settled(v) => Some(v),
+            Outcome::Gone => None,
+            Outcome::Pending => {
+                let reason = self.a.state.lock().unwrap().1.clone().unwrap_or_else(|| format!("{}_action_timeout", self.a.family));
+                Some(json!({ "schemaVersion": schema_of(self.a.family), "actionId": self.a.action_id, "runtimeEpoch": self.epoch, "ok": false, "error": reason, "dispatched": null, "ambiguous": true, "settled": false }))
+            }
+        }
+    }
 }

@@ -7,6 +7,7 @@ mod adbd;
 mod apps;
 mod cli;
 mod control;
+mod h5;
 mod hold;
 mod native_slot;
 mod effects;
