@@ -97,8 +97,18 @@ pub fn is_mutation(command: &RegisteredCommand, arguments: &Value) -> bool {
         Mutation::Always => true,
         Mutation::Conditional => {
             let op = arguments.get("operation").and_then(Value::as_str).unwrap_or("");
-            command.spec.mutating_operations.iter().any(|m| m == op) || command.spec.mutating_flags.iter().any(|f| arguments.get(f) == Some(&Value::Bool(true)))
+            command.spec.mutating_operations.iter().any(|m| m == op) || command.spec.mutating_flags.iter().any(|f| arguments.get(f).is_some_and(flag_set))
         }
+    }
+}
+
+/// Whether a mutating flag's argument turns the mutation on: `true`, or any
+/// non-empty value (e.g. a page `script`); absent, `null`, `false` and `""` do not.
+pub fn flag_set(value: &Value) -> bool {
+    match value {
+        Value::Null | Value::Bool(false) => false,
+        Value::String(s) => !s.is_empty(),
+        _ => true,
     }
 }
 

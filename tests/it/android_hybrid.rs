@@ -105,9 +105,13 @@ fn android_intent_h5_provider_signs_up_in_the_web_view() {
         revision = snap["revision"].as_u64().unwrap();
         snap
     };
-    step("name", json!({"action": "inputText", "selector": {"text": "Name"}, "value": "Grace Hopper"}));
+    // Inputs have no text of their own (§8: innerText): the agent names them by
+    // the element ids it observed, or by their aria-label.
+    let id_of = |dom_id: &str| summary_node(&started, "id", dom_id).unwrap_or_else(|| panic!("no #{dom_id}: {}", started["summary"]))["elementId"].clone();
+    let (name, terms) = (id_of("name"), id_of("terms"));
+    step("name", json!({"action": "inputText", "selector": {"elementId": name}, "value": "Grace Hopper"}));
     step("email", json!({"action": "inputText", "selector": {"ariaLabel": "Email address"}, "value": "grace@example.org"}));
-    step("terms", json!({"action": "tap", "selector": {"text": "I accept the terms"}}));
+    step("terms", json!({"action": "tap", "selector": {"elementId": terms}}));
     step("submit", json!({"action": "tap", "selector": {"text": "Create account", "tag": "button"}}));
 
     // Ground truth: the real page's fields and the server's one sign-up request.
@@ -138,9 +142,11 @@ async function must(ctx, command, args) {
 exports.main = async (ctx) => {
   await must(ctx, 'tap-native', { selector: { resourceName: R + 'open_web' } });
   const dom = await must(ctx, 'h5-wait', { selector: { ariaLabel: 'Email address' } });
-  await must(ctx, 'h5-input', { selector: { text: 'Name' }, text: ctx.inputs.name });
+  const seen = await must(ctx, 'h5-dom', {});
+  const byId = (id) => ({ elementId: seen.dom.controls.find((c) => c.id === id).elementId });
+  await must(ctx, 'h5-input', { selector: byId('name'), text: ctx.inputs.name });
   await must(ctx, 'h5-input', { selector: { ariaLabel: 'Email address' }, text: ctx.inputs.email });
-  await must(ctx, 'h5-click', { selector: { text: 'I accept the terms' } });
+  await must(ctx, 'h5-click', { selector: byId('terms') });
   await must(ctx, 'h5-click', { selector: { text: 'Create account', tag: 'button' } });
   const welcome = await must(ctx, 'h5-wait', { selector: { text: 'Welcome, ' + ctx.inputs.name } });
   await must(ctx, 'tap-native', { selector: { resourceName: R + 'web_open_shop' } });
@@ -184,5 +190,44 @@ fn android_script_crosses_native_web_view_and_flutter_screens() {
     assert_eq!(effects.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["flutter-tap"], "{effects:?}");
     assert_eq!(app_state(&w, &sim, SAMPLE)["screen"], json!("shop"));
     export_and_verify(&w, "script", id);
+    sim.shutdown();
+}
+
+/// Capture commands that would change what they capture are refused inside a
+/// Script before they reach the phone; their read-only forms still work.
+const CAPTURE_SCRIPT: &str = r#"
+exports.main = async (ctx) => {
+  const clear = await ctx.call('logcat', { clear: true });
+  const console = await ctx.call('webview-console', { script: 'window.__aabTouched = 1', durationMs: 200 });
+  const read = await ctx.call('webview-console', { durationMs: 200 });
+  const code = (r) => [r.ok, r.ok ? null : r.error.code, r.ok ? null : r.error.field, r.dispatched];
+  return { clear: code(clear), console: code(console), read: read.ok };
+};
+"#;
+
+#[test]
+fn android_script_may_not_mutate_what_it_captures() {
+    let w = World::new();
+    let mut sim = simulated(&w);
+    screen(&w, &sim, "web");
+    let id = "capture-script";
+    let spec = json!({"schemaVersion": "aab.code-script/v1", "language": "javascript", "source": CAPTURE_SCRIPT, "target": target(&sim)});
+    w.env.aab_ok(&["script", "--operation", "start", "--operation-id", id, "--script", &spec.to_string()]);
+    let until = Instant::now() + Duration::from_secs(60);
+    let v = loop {
+        let v = w.env.aab_ok(&["script", "--operation", "wait", "--operation-id", id, "--wait-ms", "5000"])["value"].clone();
+        if ["completed", "failed", "cancelled"].contains(&v["status"].as_str().unwrap_or_default()) {
+            break v;
+        }
+        assert!(Instant::now() < until, "script never ended: {v}");
+    };
+    assert_eq!(v["status"], json!("completed"), "{v}\n{}", w.env.report(None));
+    let r = w.env.aab_ok(&["script", "--operation", "result", "--operation-id", id])["value"]["result"].clone();
+    assert_eq!(r, json!({"clear": [false, "capture_mutation_not_allowed", "args.clear", false],
+                         "console": [false, "capture_mutation_not_allowed", "args.script", false], "read": true}), "{r}");
+    // Ground truth: no log clear on the phone, the page never ran the script.
+    let effects = control(&w, &sim, json!({"op": "effects"}));
+    assert!(!effects.to_string().contains("logcat-clear"), "{effects}");
+    assert_eq!(page(&w, &sim, "typeof window.__aabTouched"), json!("undefined"));
     sim.shutdown();
 }

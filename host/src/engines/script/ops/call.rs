@@ -130,6 +130,18 @@ pub(super) async fn ctx_call(host: &Host, op: &Arc<Op>, command: &str, args: Val
         Ok(c) => c,
         Err(e) => return rejection(command, &call_id, op, &e),
     };
+    // A capture read that would change what it captures (logcat clear, a WebView
+    // capture that runs page script) is not a Script's to make: its evidence
+    // could no longer say what the app did on its own.
+    if let Some(flag) = validated.spec.mutating_flags.iter().find(|f| args.get(f.as_str()).is_some_and(crate::pipeline::flag_set)) {
+        return rejection(
+            command,
+            &call_id,
+            op,
+            &CommandError::new("capture_mutation_not_allowed", format!("`{command}` with `{flag}` changes the app it captures; Scripts may only read captures"))
+                .with_field(format!("args.{flag}")),
+        );
+    }
     let mutation = crate::pipeline::is_mutation(validated, &Value::Object(args.clone()));
     let mut action_id: Option<String> = None;
     let mut action_seq = 0u64;
