@@ -309,7 +309,11 @@ async fn run(dev: &Arc<Device>, package: &str, epoch: &str, lease: &crate::sdk_a
             return Some(prepared);
         }
         geometry = prepared["geometry"].clone();
-        native_hit = match hit_check(dev, &view, &geometry) {
+        let screen = {
+            let ph = dev.phone.lock().unwrap();
+            (ph.width as f64, ph.height as f64)
+        };
+        native_hit = match hit_check(screen, &view, &geometry) {
             Ok(h) => h,
             Err(code) => return Some(fail(code)),
         };
@@ -359,7 +363,7 @@ async fn run(dev: &Arc<Device>, package: &str, epoch: &str, lease: &crate::sdk_a
 /// point (viewport-relative) → document → screen through the WebView's
 /// bounds, scale and scroll; identity transform; a sane viewport; the point
 /// inside the WebView and the screen; no native view over it.
-fn hit_check(dev: &Device, view: &Value, g: &Value) -> Result<Value, &'static str> {
+fn hit_check(screen: (f64, f64), view: &Value, g: &Value) -> Result<Value, &'static str> {
     let num = |v: &Value| v.as_f64().filter(|x| x.is_finite());
     let (Some(x), Some(y), Some(w), Some(h), Some(sx), Some(sy)) = (num(&g["x"]), num(&g["y"]), num(&g["width"]), num(&g["height"]), num(&g["scrollX"]), num(&g["scrollY"])) else {
         return Err("android_h5_native_geometry_unsupported");
@@ -383,10 +387,7 @@ fn hit_check(dev: &Device, view: &Value, g: &Value) -> Result<Value, &'static st
     let (native_scroll_x, native_scroll_y) = (sx * scale, sy * scale);
     let px = b[0] + (x + sx) * scale - native_scroll_x;
     let py = b[1] + (y + sy) * scale - native_scroll_y;
-    let (sw, sh) = {
-        let ph = dev.phone.lock().unwrap();
-        (ph.width as f64, ph.height as f64)
-    };
+    let (sw, sh) = screen;
     let inside = |l: f64, t: f64, r: f64, bt: f64| px >= l && px < r && py >= t && py < bt;
     if x < 0.0 || y < 0.0 || x >= w || y >= h || !inside(b[0], b[1], b[2], b[3]) || !inside(0.0, 0.0, sw, sh) {
         return Err("android_h5_target_outside_native_viewport");
@@ -399,4 +400,50 @@ fn hit_check(dev: &Device, view: &Value, g: &Value) -> Result<Value, &'static st
     }
     let point = json!({ "x": px.round() as i64, "y": py.round() as i64 });
     Ok(json!({ "ok": true, "point": point, "scale": scale, "geometry": g }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view() -> Value {
+        json!({ "webViewId": "w", "bounds": [0, 200, 1080, 2400], "scale": 2.625, "transform": "identity", "obscured": null })
+    }
+
+    fn geometry(x: f64, y: f64) -> Value {
+        json!({ "x": x, "y": y, "width": 411, "height": 838, "scrollX": 0, "scrollY": 120, "bounds": { "x": 0, "y": 0, "width": 10, "height": 10 } })
+    }
+
+    const SCREEN: (f64, f64) = (1080.0, 2400.0);
+
+    #[test]
+    fn the_css_point_maps_through_bounds_scale_and_scroll() {
+        let hit = hit_check(SCREEN, &view(), &geometry(100.0, 50.0)).unwrap();
+        assert_eq!(hit["point"], json!({ "x": 263, "y": 331 }));
+        assert_eq!(hit["scale"], json!(2.625));
+    }
+
+    #[test]
+    fn each_native_refusal_has_its_code() {
+        let mut g = geometry(100.0, 50.0);
+        g["x"] = json!("a");
+        assert_eq!(hit_check(SCREEN, &view(), &g), Err("android_h5_native_geometry_unsupported"));
+        let mut v = view();
+        v["transform"] = json!("rotate(5deg)");
+        assert_eq!(hit_check(SCREEN, &v, &geometry(100.0, 50.0)), Err("android_h5_native_transform_unsupported"));
+        let mut v = view();
+        v["scale"] = json!(1.0);
+        assert_eq!(hit_check(SCREEN, &v, &geometry(100.0, 50.0)), Err("android_h5_viewport_invalid"), "a CSS viewport that is not the WebView at its scale");
+        let mut g = geometry(100.0, 50.0);
+        g["width"] = json!(0);
+        assert_eq!(hit_check(SCREEN, &view(), &g), Err("android_h5_viewport_invalid"));
+        assert_eq!(hit_check(SCREEN, &view(), &geometry(100.0, 900.0)), Err("android_h5_target_outside_native_viewport"));
+        let mut v = view();
+        v["bounds"] = json!([0, 2000, 1080, 4200]);
+        assert_eq!(hit_check(SCREEN, &v, &geometry(100.0, 300.0)), Err("android_h5_target_outside_native_viewport"), "inside the WebView, below the screen");
+        let mut v = view();
+        v["obscured"] = json!([0, 300, 1080, 400]);
+        assert_eq!(hit_check(SCREEN, &v, &geometry(100.0, 50.0)), Err("android_h5_native_target_obscured"));
+        assert!(hit_check(SCREEN, &v, &geometry(100.0, 100.0)).is_ok(), "the point below the covering view is free");
+    }
 }
