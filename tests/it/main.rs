@@ -14,6 +14,7 @@ mod android_ownership;
 mod android_native;
 mod android_shell;
 mod android_scale;
+mod android_h5;
 mod facts;
 mod h5_renderer;
 mod foundation;
