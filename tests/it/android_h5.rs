@@ -98,6 +98,8 @@ fn android_h5_click_input_scroll_and_eval_take_effect_in_the_real_page() {
     assert_eq!(page(&w, &sim, WEB, "document.getElementById('terms').checked"), json!(true));
     let click = w.ok("h5-click", args(&serial, json!({"selector": {"text": "Create account", "tag": "button"}})));
     assert_eq!(click["device"]["nativeHit"]["ok"], json!(true), "{click}");
+    // Figures for the report (no threshold): where an H5 click's time goes.
+    eprintln!("h5-click timingsMs {}", click["timingsMs"]);
     // The page's own fetch answers; h5-wait polls until the welcome shows.
     let waited = w.ok("h5-wait", json!({"packageName": SAMPLE, "selector": {"text": "Welcome, Ada Lovelace"}, "intervalMs": 50}));
     assert_eq!((waited["matched"]["id"].clone(), waited["pageRef"]["webViewId"].clone()), (json!("result"), json!(WEB)), "{waited}");
