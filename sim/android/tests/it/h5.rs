@@ -383,3 +383,68 @@ fn h5_lost_completion_stays_findable_through_cancel() {
     assert_eq!((c["ok"].as_bool(), rec["ok"].as_bool(), rec["dispatched"].as_bool(), rec["settled"].as_bool()), (Some(true), Some(true), Some(true), Some(true)), "{c}");
     assert_eq!(rec["actionId"], "lost-1");
 }
+
+#[test]
+fn h5_timeout_before_the_effect_and_a_process_dying_mid_action() {
+    let env = Env::with_scenario(1, scenario());
+    let s = sdk(&env);
+    let snap = dom(&s, "main");
+    page_eval(&env, "main", "window.clicks = 0; document.getElementById('submit').addEventListener('click', e => { e.preventDefault(); clicks++; }); true");
+    env.control(json!({ "op": "faults", "set": { "h5ActionDelayMs": 3000 } }));
+    // The deadline passes while the action waits in the slot: it ends undispatched.
+    let mut b = body(&s, "late-1", click(&snap, "submit"));
+    b["execution"]["timeoutMs"] = json!(300);
+    let r = post(&s, "/v1/h5/action", &b).unwrap();
+    assert_eq!((r["ok"].as_bool(), r["error"].as_str(), r["dispatched"].as_bool(), r["settled"].as_bool()), (Some(false), Some("h5_action_timeout"), Some(false), Some(true)), "{r}");
+    assert_eq!(page_eval(&env, "main", "clicks"), json!(0));
+    // The process dies while the next one waits: no reply, no effect, no receipt.
+    let port = s.port;
+    let b = body(&s, "dies-1", click(&snap, "submit"));
+    let running = std::thread::spawn(move || request(port, "POST", "/v1/h5/action", Some(&b.to_string())));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(env.control(json!({ "op": "crash", "package": PKG }))["ok"], json!(true));
+    assert_eq!(running.join().unwrap(), None);
+    assert!(h5_effects(&env).is_empty());
+}
+
+/// Figures (printed, not asserted): the SDK-side cost of a 1000-control page's
+/// snapshot and of a click's three turns, through adb forward.
+#[test]
+fn h5_figures_for_a_1000_control_page() {
+    let text = json!({
+        "foreground": PKG,
+        "apps": [{
+            "package": PKG, "sdk": true, "debuggable": true, "activities": [".WebActivity"],
+            "screens": [{ "name": "web", "activity": ".WebActivity", "root": { "class": "android.widget.FrameLayout", "id": "content", "bounds": [0, 0, 1080, 2400] } }],
+            "webViews": [{ "webViewId": "big", "url": "h5/controls.html?n=1000" }]
+        }]
+    })
+    .to_string();
+    let env = Env::with_scenario(1, Scenario::parse(&text).unwrap());
+    let s = sdk(&env);
+    dom(&s, "big");
+    let mut dom_ms = vec![];
+    let mut snap = Value::Null;
+    for _ in 0..5 {
+        let t = std::time::Instant::now();
+        snap = get(&s, "/v1/h5/dom");
+        dom_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    assert_eq!(snap["ok"], json!(true), "{snap}");
+    assert_eq!(snap["dom"]["controlCount"], page_eval(&env, "big", r#"document.querySelectorAll('a,button,input,textarea,select,[role],[onclick],[aria-label],[contenteditable="true"]').length"#));
+    assert_eq!(snap["dom"]["truncated"], json!(true));
+    let mut click_ms = vec![];
+    for i in 0..5 {
+        let id = format!("big-{i}");
+        let t = std::time::Instant::now();
+        let r = post(&s, "/v1/h5/action", &body(&s, &id, click(&snap, "b0"))).unwrap();
+        click_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+        assert_eq!(r["ok"], json!(true), "{r}");
+    }
+    assert_eq!(page_eval(&env, "big", "document.getElementById('last').textContent"), json!("clicked b0"));
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    };
+    println!("h5 figures (SDK route through adb forward, 1000-control page): GET /v1/h5/dom median {:.1} ms, POST /v1/h5/action click median {:.1} ms", median(&mut dom_ms), median(&mut click_ms));
+}
