@@ -135,8 +135,10 @@ fn android_webview_console_captures_console_log_via_mcp() {
     assert_eq!(control(&w, &sim, json!({"op": "webview-eval", "package": SAMPLE, "webViewId": "signup-web", "expression": "window.__aabMark"}))["value"], json!("seen"));
     // Through the CLI: the page's own console output from its form submit.
     control(&w, &sim, json!({"op": "webview-eval", "package": SAMPLE, "webViewId": "signup-web", "expression": "document.getElementById('email').value = 'ann@example.com'; 1"}));
-    let out = w.ok("webview-console", json!({"packageName": SAMPLE, "serial": serial, "script": "document.getElementById('terms').checked = true; document.getElementById('submit').click(); 1", "durationMs": 1500}));
+    let out = w.ok("webview-console", json!({"packageName": SAMPLE, "serial": serial, "script": "console.log('from the script'); document.getElementById('terms').checked = true; document.getElementById('submit').click(); 1", "urlFilter": "/h5/signup.html", "durationMs": 1500}));
     let texts: Vec<&str> = out["messages"].as_array().unwrap().iter().filter_map(|m| m["text"].as_str()).collect();
+    // urlFilter keeps the page's own messages, not the evaluated script's (it has no url).
+    assert!(!texts.contains(&"from the script"), "{out}");
     assert!(texts.contains(&"signup submit ann@example.com") && texts.contains(&"signup result 201"), "{out}");
 }
 

@@ -69,8 +69,8 @@ fn capture_props(with_body: bool) -> Value {
         "script": {"type": "string", "minLength": 1, "maxLength": 65536, "description": "JavaScript evaluated in the page after capture starts (promises awaited): changes the page, so a mutation"},
         "maxEvents": {"type": "integer", "minimum": 1, "maximum": 5000, "description": "At most this many records (default 200); `truncated` tells when more came"},
     });
+    extra["urlFilter"] = json!({"type": "string", "minLength": 1, "maxLength": 2048, "description": if with_body { "Only requests whose url contains this text" } else { "Only messages whose source url contains this text" }});
     if with_body {
-        extra["urlFilter"] = json!({"type": "string", "minLength": 1, "maxLength": 2048, "description": "Only requests whose url contains this text"});
         extra["includeResponseBody"] = json!({"type": "boolean", "description": "Read each finished response's body (Network.getResponseBody)"});
         extra["bodyMaxBytes"] = json!({"type": "integer", "minimum": 0, "maximum": 1048576, "description": "Body bytes kept per response (default 65536)"});
     }
@@ -386,7 +386,9 @@ async fn watch(ctx: &Context<'_>, s: &Session, args: &WebviewArgs, kind: Kind, b
         match kind {
             Kind::Network => net.on(&ev.method, &ev.params, args.url_filter.as_deref()),
             Kind::Console => {
-                if let Some(m) = console_record(&ev.method, &ev.params) {
+                if let Some(m) = console_record(&ev.method, &ev.params)
+                    && args.url_filter.as_ref().is_none_or(|f| m["url"].as_str().is_some_and(|u| u.contains(f.as_str())))
+                {
                     if messages.len() < max {
                         messages.push(m);
                     } else {
