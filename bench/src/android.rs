@@ -13,11 +13,12 @@
 //! Nothing here asserts a threshold.
 //!
 //! Usage (as root; adb, busybox-static, node; release build first):
-//!   cargo build --release -p aab-cli -p aab-plugin-android -p aab-android-sim -p aab-bench
+//!   cargo build --release -p aab-cli -p aab-plugin-android -p aab-plugin-web -p aab-android-sim -p aab-bench
 //!   (cd bench/mobile-mcp && npm install)  # or let the bench run it when missing
-//!   target/release/aab-bench-android [--calls 100] [--json FILE] [--actions]
+//!   target/release/aab-bench-android [--calls 100] [--json FILE] [--actions | --h5]
 //!
-//! `--actions` measures the Android actions instead (src/android_actions.rs).
+//! `--actions` measures the Android actions instead (src/android_actions.rs), `--h5`
+//! the WebView path against the Web provider on the same page (src/android_h5.rs).
 //!
 //! mobile-mcp runs with MOBILEMCP_LEGACY_ROBOT=1: its adb robot (`uiautomator dump`,
 //! `screencap`, `input` over `adb`). Its default robot first waits ~5 s for an
@@ -33,6 +34,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 mod android_actions;
+mod android_h5;
 mod mcp;
 use mcp::Mcp;
 
@@ -160,6 +162,10 @@ impl World {
             std::fs::create_dir_all(dir.path().join(sub)).map_err(|e| e.to_string())?;
         }
         std::fs::copy(bin.join("libaab_plugin_android.so"), dir.path().join("plugins/libaab_plugin_android.so")).map_err(|e| e.to_string())?;
+        if std::env::args().any(|a| a == "--h5") {
+            // `--h5` compares with the Web provider on the same page.
+            std::fs::copy(bin.join("libaab_plugin_web.so"), dir.path().join("plugins/libaab_plugin_web.so")).map_err(|e| format!("the Web plugin: {e}"))?;
+        }
         let marker = dir.path().display().to_string();
         let mut w = World { dir, bin: bin.to_path_buf(), adb_port: free_port(), serial: String::new(), sim: None, control: (SocketAddr::from(([127, 0, 0, 1], 0)), String::new()), runtime_started: false, marker };
         let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("android/scenario.json");
@@ -290,6 +296,11 @@ fn try_main(world: &mut Option<World>) -> Result<(), String> {
     let (first, _) = w.aab_json(&["status", "--package-name", PKG])?;
     if first["execution"]["ok"] != json!(true) {
         return Err(format!("status: {first}"));
+    }
+    if std::env::args().any(|a| a == "--h5") {
+        let mut aab = Mcp::start(w.aab(&["mcp"]), "aab-bench-android")?;
+        android_h5::run_h5(w, calls, &mut rows, &mut aab)?;
+        return write_json(arg("--json"), calls, w, &bin, &rows);
     }
     if std::env::args().any(|a| a == "--actions") {
         let mut aab = Mcp::start(w.aab(&["mcp"]), "aab-bench-android")?;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::android::{SAMPLE, World, app_state, control, simulated};
-use crate::android_intent::{decision, export_and_verify, intent_ok, intent_rejected};
+use crate::android_intent::{decision, export_and_verify, intent_ok, intent_rejected, run_script};
 
 type Sim = aab_android_sim::Simulator;
 
@@ -166,19 +166,7 @@ fn android_script_crosses_native_web_view_and_flutter_screens() {
     let id = "hybrid-script";
     let spec = json!({"schemaVersion": "aab.code-script/v1", "language": "javascript", "source": HYBRID_SCRIPT, "target": target(&sim),
                       "inputs": {"name": "Katherine Johnson", "email": "katherine@example.org"}});
-    w.env.aab_ok(&["script", "--operation", "start", "--operation-id", id, "--script", &spec.to_string()]);
-    let until = Instant::now() + Duration::from_secs(120);
-    let mut after = 0u64;
-    let v = loop {
-        let v = w.env.aab_ok(&["script", "--operation", "wait", "--operation-id", id, "--after-sequence", &after.to_string(), "--wait-ms", "5000"])["value"].clone();
-        if ["completed", "failed", "cancelled"].contains(&v["status"].as_str().unwrap_or_default()) {
-            break v;
-        }
-        after = v["eventSequence"].as_u64().unwrap_or(after);
-        assert!(Instant::now() < until, "script never ended: {v}");
-    };
-    assert_eq!(v["status"], json!("completed"), "{v}\n{}", w.env.report(None));
-    let r = w.env.aab_ok(&["script", "--operation", "result", "--operation-id", id])["value"]["result"].clone();
+    let r = run_script(&w, id, &spec);
     assert_eq!(r, json!({"webView": WEB_VIEW, "welcome": "Welcome, Katherine Johnson", "flutterNodes": 1, "cart": 1}), "{r}");
 
     // Ground truth on all three layers: the server got one sign-up from the real
@@ -212,17 +200,7 @@ fn android_script_may_not_mutate_what_it_captures() {
     screen(&w, &sim, "web");
     let id = "capture-script";
     let spec = json!({"schemaVersion": "aab.code-script/v1", "language": "javascript", "source": CAPTURE_SCRIPT, "target": target(&sim)});
-    w.env.aab_ok(&["script", "--operation", "start", "--operation-id", id, "--script", &spec.to_string()]);
-    let until = Instant::now() + Duration::from_secs(60);
-    let v = loop {
-        let v = w.env.aab_ok(&["script", "--operation", "wait", "--operation-id", id, "--wait-ms", "5000"])["value"].clone();
-        if ["completed", "failed", "cancelled"].contains(&v["status"].as_str().unwrap_or_default()) {
-            break v;
-        }
-        assert!(Instant::now() < until, "script never ended: {v}");
-    };
-    assert_eq!(v["status"], json!("completed"), "{v}\n{}", w.env.report(None));
-    let r = w.env.aab_ok(&["script", "--operation", "result", "--operation-id", id])["value"]["result"].clone();
+    let r = run_script(&w, id, &spec);
     assert_eq!(r, json!({"clear": [false, "capture_mutation_not_allowed", "args.clear", false],
                          "console": [false, "capture_mutation_not_allowed", "args.script", false], "read": true}), "{r}");
     // Ground truth: no log clear on the phone, the page never ran the script.

@@ -269,15 +269,10 @@ exports.main = async (ctx) => {
 };
 "#;
 
-#[test]
-fn android_script_signs_up() {
-    let w = World::new();
-    let mut sim = simulated(&w);
-    let id = "signup-script";
-    let spec = json!({"schemaVersion": "aab.code-script/v1", "language": "javascript", "source": SCRIPT, "target": target(&sim),
-                      "inputs": {"name": "Alan Turing", "email": "alan@example.org", "password": "enigma-1939"}});
+/// Start a Script, wait until it ends (it must complete), and return its result.
+pub(crate) fn run_script(w: &World, id: &str, spec: &Value) -> Value {
     w.env.aab_ok(&["script", "--operation", "start", "--operation-id", id, "--script", &spec.to_string()]);
-    let until = Instant::now() + Duration::from_secs(90);
+    let until = Instant::now() + Duration::from_secs(120);
     let mut after = 0u64;
     let v = loop {
         let v = w.env.aab_ok(&["script", "--operation", "wait", "--operation-id", id, "--after-sequence", &after.to_string(), "--wait-ms", "5000"])["value"].clone();
@@ -288,7 +283,17 @@ fn android_script_signs_up() {
         assert!(Instant::now() < until, "script never ended: {v}");
     };
     assert_eq!(v["status"], json!("completed"), "{v}\n{}", w.env.report(None));
-    let r = w.env.aab_ok(&["script", "--operation", "result", "--operation-id", id])["value"]["result"].clone();
+    w.env.aab_ok(&["script", "--operation", "result", "--operation-id", id])["value"]["result"].clone()
+}
+
+#[test]
+fn android_script_signs_up() {
+    let w = World::new();
+    let mut sim = simulated(&w);
+    let id = "signup-script";
+    let spec = json!({"schemaVersion": "aab.code-script/v1", "language": "javascript", "source": SCRIPT, "target": target(&sim),
+                      "inputs": {"name": "Alan Turing", "email": "alan@example.org", "password": "enigma-1939"}});
+    let r = run_script(&w, id, &spec);
     assert_eq!(r, json!({"activity": format!("{SAMPLE}.WelcomeActivity"), "user": {"name": "Alan Turing", "email": "alan@example.org"}}));
     assert_signed_up(&app_state(&w, &sim, SAMPLE), "Alan Turing", "alan@example.org");
     let acts = phone_actions(&w, &sim);

@@ -11,9 +11,8 @@
 use aab_plugin_api::{Context, Invocation, ProviderError};
 use serde_json::{Map, Value, json};
 
-use crate::commands::{Budget, device};
 use crate::native_exec::{App, Family, Session};
-use crate::sdk::{SdkTarget, http};
+use crate::sdk::http;
 
 pub const EXECUTION_SCHEMA: &str = "aab.flutter-execution/v1";
 pub const TARGET_SCHEMA: &str = "aab.flutter-target/v1";
@@ -49,18 +48,13 @@ pub fn check_snapshot(package: &str, status: &Value) -> Result<Value, ProviderEr
 /// Device, foreground proof (the app must own it), SDK route and a fresh snapshot;
 /// the session's epoch is the Dart runtime epoch of that snapshot.
 pub async fn open(ctx: &Context<'_>, app: &App) -> Result<(Session, Value), ProviderError> {
-    let started = std::time::Instant::now();
-    let budget = Budget::new(ctx, app.adb_timeout_ms);
-    let device = device(app.adb.as_deref(), app.serial.as_deref(), &budget).await?;
-    let serial = device.serial.clone();
-    let foreground = crate::foreground::require(&device, Some(&app.package), budget.adb()).await?;
-    let target = SdkTarget { device, package: app.package.clone(), port: app.port };
-    let route = target.route(budget.adb()).await?;
-    let status = http::request(route.forward.port, "GET", "/v1/flutter/snapshot", None, budget.adb()).await.map_err(|e| e.not_dispatched())?.body;
-    let flutter = check_snapshot(&app.package, &status)?;
-    let epoch = flutter.pointer("/layout/operable/runtimeEpoch").and_then(Value::as_str).unwrap_or_default().to_string();
-    let foreground = foreground.map(|f| json!({"package": f.window.package, "activity": f.window.activity, "pid": f.process.pid})).unwrap_or(Value::Null);
-    Ok((Session { serial, package: app.package.clone(), route, epoch, budget, foreground, family: &FAMILY, started }, flutter))
+    let epoch_of = |package: &str, body: &Value| {
+        let flutter = check_snapshot(package, body)?;
+        Ok(flutter.pointer("/layout/operable/runtimeEpoch").and_then(Value::as_str).unwrap_or_default().to_string())
+    };
+    let (session, body) = crate::native_exec::open_with(ctx, app, &FAMILY, "/v1/flutter/snapshot", epoch_of).await?;
+    let flutter = check_snapshot(&app.package, &body)?;
+    Ok((session, flutter))
 }
 
 fn fail(code: &str, message: String) -> ProviderError {

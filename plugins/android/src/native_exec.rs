@@ -73,6 +73,13 @@ pub async fn open(ctx: &Context<'_>, app: &App) -> Result<Session, ProviderError
 /// reads the status (the schemas the family needs; returns the runtime epoch) and
 /// `family` is what [`Session::execute`] sends and records.
 pub async fn open_for(ctx: &Context<'_>, app: &App, family: &'static Family, check: fn(&str, &Value) -> Result<String, ProviderError>) -> Result<Session, ProviderError> {
+    open_with(ctx, app, family, "/v1/status", check).await.map(|(session, _)| session)
+}
+
+/// What every family's session starts with: the device, the foreground proof (the
+/// app must own it), the SDK route, then one read of `status_path` that `check`
+/// turns into the family's runtime epoch. Returns the session and that read.
+pub async fn open_with(ctx: &Context<'_>, app: &App, family: &'static Family, status_path: &str, check: impl FnOnce(&str, &Value) -> Result<String, ProviderError>) -> Result<(Session, Value), ProviderError> {
     let started = std::time::Instant::now();
     let budget = Budget::new(ctx, app.adb_timeout_ms);
     let device = device(app.adb.as_deref(), app.serial.as_deref(), &budget).await?;
@@ -80,9 +87,10 @@ pub async fn open_for(ctx: &Context<'_>, app: &App, family: &'static Family, che
     let foreground = crate::foreground::require(&device, Some(&app.package), budget.adb()).await?;
     let target = SdkTarget { device, package: app.package.clone(), port: app.port };
     let route = target.route(budget.adb()).await?;
-    let status = http::request(route.forward.port, "GET", "/v1/status", None, budget.adb()).await.map_err(|e| e.not_dispatched())?.body;
+    let status = http::request(route.forward.port, "GET", status_path, None, budget.adb()).await.map_err(|e| e.not_dispatched())?.body;
     let epoch = check(&app.package, &status)?;
-    Ok(Session { serial, package: app.package.clone(), route, epoch, budget, foreground: foreground.map(|f| json!({"package": f.window.package, "activity": f.window.activity, "pid": f.process.pid})).unwrap_or(Value::Null), family, started })
+    let foreground = foreground.map(|f| json!({"package": f.window.package, "activity": f.window.activity, "pid": f.process.pid})).unwrap_or(Value::Null);
+    Ok((Session { serial, package: app.package.clone(), route, epoch, budget, foreground, family, started }, status))
 }
 
 /// The status must be ok, of this package, and advertise `aab.native-execution/v1`;
