@@ -209,3 +209,47 @@ fn android_script_may_not_mutate_what_it_captures() {
     assert_eq!(page(&w, &sim, "typeof window.__aabTouched"), json!("undefined"));
     sim.shutdown();
 }
+
+/// An autonomous agent on the `h5` provider: it reads only the summary of the
+/// WebView's page and fills the form one step per turn.
+const H5_AGENT: &str = r#"
+let step = 0;
+exports.decide = async function ({ revision, summary }) {
+  const byId = (id) => summary.nodes.find((n) => n.id === id);
+  const act = (action, why) => ({ decisionId: 'agent-' + revision, basedOnRevision: revision, agentDecision: 'act', action, reason: why });
+  step += 1;
+  if (step === 1) return act({ action: 'inputText', selector: { elementId: byId('name').elementId }, value: 'Mary Jackson' }, 'name');
+  if (step === 2) return act({ action: 'inputText', selector: { ariaLabel: 'Email address' }, value: 'mary@example.org' }, 'email');
+  if (step === 3) {
+    if (byId('email').value !== 'mary@example.org') return { decisionId: 'agent-' + revision, basedOnRevision: revision, agentDecision: 'fail', reason: 'the email did not stick' };
+    return act({ action: 'tap', selector: { elementId: byId('terms').elementId } }, 'accept the terms');
+  }
+  if (step === 4) return act({ action: 'tap', selector: { text: 'Create account', tag: 'button' } }, 'submit');
+  return { decisionId: 'agent-' + revision, basedOnRevision: revision, agentDecision: 'complete', reason: 'submitted' };
+};
+"#;
+
+#[test]
+fn android_intent_h5_autonomous_agent_signs_up() {
+    let w = World::new();
+    let mut sim = simulated(&w);
+    screen(&w, &sim, "web");
+    let op = "h5-agent";
+    intent_ok(&w, "start", json!({"goal": "Sign up on the web form", "target": target(&sim), "operationId": op, "provider": "h5", "mode": "autonomous",
+        "observationTarget": {"webViewId": WEB_VIEW},
+        "agentModule": {"language": "javascript", "source": H5_AGENT}, "budget": {"maxActions": 6, "maxAgentCalls": 12, "maxDurationMs": 60000, "allowlist": ["tap", "inputText"]}}));
+    let done = crate::android_intent::wait_terminal(&w, op);
+    assert_eq!((done["status"].clone(), done["actionSteps"].clone()), (json!("completed"), json!(4)), "{done}");
+    // Ground truth: the real page and exactly one request to the server.
+    let until = Instant::now() + Duration::from_secs(20);
+    while page(&w, &sim, "document.getElementById('result').textContent") != json!("Welcome, Mary Jackson") {
+        assert!(Instant::now() < until, "the page never showed the welcome: {}", page(&w, &sim, "document.body.innerText"));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(page(&w, &sim, "[document.getElementById('name').value, document.getElementById('email').value, document.getElementById('terms').checked]"),
+        json!(["Mary Jackson", "mary@example.org", true]));
+    let signups = requests_to(&w, &sim, "/api/signup");
+    assert_eq!(signups.len(), 1, "{signups:?}");
+    export_and_verify(&w, "intent", op);
+    sim.shutdown();
+}

@@ -212,7 +212,7 @@ exports.decide = async function ({ revision, summary }) {
 };
 "#;
 
-fn wait_terminal(w: &World, op: &str) -> Value {
+pub(crate) fn wait_terminal(w: &World, op: &str) -> Value {
     let until = Instant::now() + Duration::from_secs(90);
     loop {
         let s = intent_ok(w, "status", json!({"operationId": op}));
