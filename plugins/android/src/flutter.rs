@@ -16,7 +16,7 @@ use crate::sdk::http;
 
 pub const EXECUTION_SCHEMA: &str = "aab.flutter-execution/v1";
 pub const TARGET_SCHEMA: &str = "aab.flutter-target/v1";
-pub const FAMILY: Family = Family { schema: EXECUTION_SCHEMA, cancel: "/v1/flutter/cancel", kind: "flutter" };
+pub const FAMILY: Family = Family { schema: EXECUTION_SCHEMA, cancel: "/v1/flutter/cancel", kind: "flutter", sdk_epoch: false };
 pub const FLUTTER_UNAVAILABLE: &str = "flutter_unavailable";
 pub const FLUTTER_EXECUTION_UNAVAILABLE: &str = "flutter_execution_unavailable";
 pub const OBSERVATION_INCOMPLETE: &str = "flutter_observation_incomplete";

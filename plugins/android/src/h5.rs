@@ -101,7 +101,7 @@ pub fn check_status(package: &str, status: &Value) -> Result<String, ProviderErr
 
 /// H5 actions: their own execution schema, but the SDK's one action slot and its
 /// cancel route (`/v1/action/cancel` answers with their receipt).
-pub const FAMILY: Family = Family { schema: EXECUTION_SCHEMA, cancel: "/v1/action/cancel", kind: "h5" };
+pub const FAMILY: Family = Family { schema: EXECUTION_SCHEMA, cancel: "/v1/action/cancel", kind: "h5", sdk_epoch: true };
 
 /// Device, foreground proof, SDK route and an H5-capable status.
 pub async fn open(ctx: &Context<'_>, app: &App) -> Result<Session, ProviderError> {

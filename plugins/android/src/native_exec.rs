@@ -33,9 +33,13 @@ pub struct Family {
     pub schema: &'static str,
     pub cancel: &'static str,
     pub kind: &'static str,
+    /// Whether the action's runtime epoch is the SDK process's (its descriptor's):
+    /// a new process keeps no receipt, so reconcile stops at an epoch change.
+    /// Flutter's is the Dart engine's, which its SDK checks itself.
+    pub sdk_epoch: bool,
 }
 
-pub const NATIVE: Family = Family { schema: SCHEMA, cancel: "/v1/action/cancel", kind: "native" };
+pub const NATIVE: Family = Family { schema: SCHEMA, cancel: "/v1/action/cancel", kind: "native", sdk_epoch: true };
 
 /// The app an action targets and how to reach it.
 pub struct App {
@@ -197,7 +201,7 @@ impl Session {
             Ok(r) => r.body,
             Err(e) => json!({"transportError": e.error, "message": e.message}),
         };
-        if let Some(receipt) = matching_result_of(fam.schema, &answer, &action_id, &self.epoch) {
+        if let Some(receipt) = matching_execution_result(fam.schema, &answer, &action_id, &self.epoch) {
             return self.settled(fam, path, receipt, Some(first));
         }
         let code = first["error"].as_str().filter(|c| !c.is_empty()).map(str::to_string).unwrap_or_else(|| format!("{}_action_unresolved", fam.kind));
@@ -207,7 +211,7 @@ impl Session {
 
     /// A settled receipt: success, or the SDK's failure with its dispatch fact.
     fn settled(&self, fam: &Family, path: &str, receipt: Value, recovered: Option<Value>) -> Result<Value, ProviderError> {
-        let proof = proof_of(fam.kind, &receipt);
+        let proof = proof(fam.kind, &receipt);
         let action_id = receipt["actionId"].clone();
         if receipt["ok"] == true {
             let mut out = json!({"ok": true, "serial": self.serial, "packageName": self.package, "actionId": action_id, "runtimeEpoch": self.epoch, "route": path, "foreground": self.foreground, "device": receipt, "proof": proof});
@@ -247,14 +251,9 @@ pub fn is_rejection(body: &Value) -> bool {
         && o.get("ambiguous") == Some(&Value::Bool(false))
 }
 
-/// A terminal receipt of exactly this action (§1.6 invariants).
-#[cfg_attr(not(test), allow(dead_code))]
-pub fn is_settled_receipt(r: &Value, action_id: &str, epoch: &str) -> bool {
-    is_settled_receipt_of(SCHEMA, r, action_id, epoch)
-}
-
-/// [`is_settled_receipt`] of any execution schema.
-pub fn is_settled_receipt_of(schema: &str, r: &Value, action_id: &str, epoch: &str) -> bool {
+/// A terminal receipt of exactly this action (§1.6 invariants) in the family
+/// whose execution schema is `schema`.
+pub fn is_settled_receipt(schema: &str, r: &Value, action_id: &str, epoch: &str) -> bool {
     let exec = json!({"schemaVersion": schema, "actionId": action_id, "runtimeEpoch": epoch, "settled": true});
     let ok = r.get("ok").and_then(Value::as_bool);
     r.get("settled") == Some(&Value::Bool(true))
@@ -271,7 +270,7 @@ pub fn is_settled_receipt_of(schema: &str, r: &Value, action_id: &str, epoch: &s
 fn classify(schema: &str, body: &Value, action_id: &str, epoch: &str) -> Reply {
     if is_rejection(body) {
         Reply::Rejected
-    } else if is_settled_receipt_of(schema, body, action_id, epoch) {
+    } else if is_settled_receipt(schema, body, action_id, epoch) {
         Reply::Settled
     } else {
         Reply::Unknown
@@ -279,29 +278,17 @@ fn classify(schema: &str, body: &Value, action_id: &str, epoch: &str) -> Reply {
 }
 
 /// The receipt inside a cancel answer `{ok:true, actionId, runtimeEpoch, executionResult}` of exactly this action.
-#[cfg_attr(not(test), allow(dead_code))]
-pub fn matching_execution_result(answer: &Value, action_id: &str, epoch: &str) -> Option<Value> {
-    matching_result_of(SCHEMA, answer, action_id, epoch)
-}
-
-/// [`matching_execution_result`] of any execution schema.
-pub fn matching_result_of(schema: &str, answer: &Value, action_id: &str, epoch: &str) -> Option<Value> {
+pub fn matching_execution_result(schema: &str, answer: &Value, action_id: &str, epoch: &str) -> Option<Value> {
     let r = answer.get("executionResult")?;
     (answer.get("ok") == Some(&Value::Bool(true))
         && answer.get("actionId").and_then(Value::as_str) == Some(action_id)
         && answer.get("runtimeEpoch").and_then(Value::as_str) == Some(epoch)
-        && is_settled_receipt_of(schema, r, action_id, epoch))
+        && is_settled_receipt(schema, r, action_id, epoch))
     .then(|| r.clone())
 }
 
-/// The compact settlement proof of a terminal receipt.
-#[cfg_attr(not(test), allow(dead_code))]
-pub fn proof(receipt: &Value) -> Value {
-    proof_of("native", receipt)
-}
-
-/// [`proof`] of an action family's receipt.
-pub fn proof_of(kind: &str, receipt: &Value) -> Value {
+/// The compact settlement proof of a terminal receipt of the family `kind`.
+pub fn proof(kind: &str, receipt: &Value) -> Value {
     let sha = Sha256::digest(serde_json::to_vec(receipt).unwrap_or_default());
     json!({
         "kind": kind, "settled": true, "actionId": receipt["actionId"], "runtimeEpoch": receipt["runtimeEpoch"], "execution": receipt["execution"],
@@ -349,20 +336,20 @@ mod tests {
 
     #[test]
     fn settled_receipts_must_match_the_action() {
-        assert!(is_settled_receipt(&receipt(), "A", E));
-        assert!(!is_settled_receipt(&receipt(), "B", E));
+        assert!(is_settled_receipt(SCHEMA, &receipt(), "A", E));
+        assert!(!is_settled_receipt(SCHEMA, &receipt(), "B", E));
         let mut bad = receipt();
         bad["ambiguous"] = json!(true);
-        assert!(!is_settled_receipt(&bad, "A", E));
+        assert!(!is_settled_receipt(SCHEMA, &bad, "A", E));
         let mut failed = receipt();
         failed["ok"] = json!(false);
-        assert!(!is_settled_receipt(&failed, "A", E), "ok:false needs an error");
+        assert!(!is_settled_receipt(SCHEMA, &failed, "A", E), "ok:false needs an error");
         failed["error"] = json!("native_action_timeout");
-        assert!(is_settled_receipt(&failed, "A", E));
+        assert!(is_settled_receipt(SCHEMA, &failed, "A", E));
         let answer = json!({"ok": true, "actionId": "A", "runtimeEpoch": E, "executionResult": receipt()});
-        assert!(matching_execution_result(&answer, "A", E).is_some());
-        assert!(matching_execution_result(&json!({"ok": false, "error": "native_action_not_active"}), "A", E).is_none());
-        let p = proof(&receipt());
+        assert!(matching_execution_result(SCHEMA, &answer, "A", E).is_some());
+        assert!(matching_execution_result(SCHEMA, &json!({"ok": false, "error": "native_action_not_active"}), "A", E).is_none());
+        let p = proof("native", &receipt());
         assert_eq!((p["kind"].as_str(), p["responseSha256"].as_str().map(str::len)), (Some("native"), Some(64)));
     }
 }

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::adb::Deadline;
 use crate::commands::{Budget, device};
-use crate::native_exec::{Family, matching_result_of, proof_of};
+use crate::native_exec::{Family, matching_execution_result, proof};
 use crate::sdk::{SdkTarget, http};
 
 fn unsettled(reason: &str, answer: Value) -> Value {
@@ -69,8 +69,7 @@ async fn sdk(ctx: &Context<'_>, record: &Value, fam: &Family) -> Result<(Value, 
         .route(budget.adb())
         .await
         .map_err(|e| unsettled("sdk_unreachable", json!({"error": e.error, "message": e.message})))?;
-    // (A Flutter record holds the Dart epoch: its SDK answers not-active for another engine.)
-    if fam.kind != "flutter" && route.descriptor.runtime_epoch != epoch {
+    if fam.sdk_epoch && route.descriptor.runtime_epoch != epoch {
         // The SDK keeps its one terminal receipt in memory: a new process cannot answer.
         return Err(unsettled("runtime_changed", json!({"recordedRuntimeEpoch": epoch, "currentRuntimeEpoch": route.descriptor.runtime_epoch})));
     }
@@ -80,9 +79,9 @@ async fn sdk(ctx: &Context<'_>, record: &Value, fam: &Family) -> Result<(Value, 
         Ok(r) => r.body,
         Err(e) => return Err(unsettled("sdk_unreachable", json!({"error": e.error, "message": e.message}))),
     };
-    match matching_result_of(fam.schema, &answer, action_id, epoch) {
+    match matching_execution_result(fam.schema, &answer, action_id, epoch) {
         Some(receipt) => {
-            let p = proof_of(fam.kind, &receipt);
+            let p = proof(fam.kind, &receipt);
             Ok((receipt, p))
         }
         None => {
