@@ -256,25 +256,7 @@ fn android_h5_eval_is_denied_inside_a_script_while_h5_dom_runs() {
     };";
     let script = json!({"schemaVersion": "aab.code-script/v1", "language": "javascript", "source": source,
                         "target": {"platform": "android", "serial": serial, "packageName": SAMPLE}, "permissions": ["app.read", "app.interact"]});
-    let run = |args: &[&str]| {
-        let mut argv = vec!["script"];
-        argv.extend_from_slice(args);
-        let run = w.env.aab(&argv);
-        let body = w.env.json_of(&run);
-        w.env.check(body.pointer("/execution/ok") == Some(&json!(true)), &run, "script operation");
-        body["value"].clone()
-    };
-    run(&["--operation", "start", "--operation-id", "h5-eval-denied", "--script", &script.to_string()]);
-    let until = Instant::now() + Duration::from_secs(60);
-    loop {
-        let v = run(&["--operation", "wait", "--operation-id", "h5-eval-denied", "--wait-ms", "5000"]);
-        if ["completed", "failed", "cancelled"].contains(&v["status"].as_str().unwrap_or("")) {
-            assert_eq!(v["status"], json!("completed"), "{v}");
-            break;
-        }
-        assert!(Instant::now() < until, "the script did not finish: {v}");
-    }
-    let result = run(&["--operation", "result", "--operation-id", "h5-eval-denied"])["result"].clone();
+    let result = crate::android_intent::run_script(&w, "h5-eval-denied", &script);
     assert_eq!(result["dom"], json!("Web sign-up"), "{result}");
     assert_eq!(result["eval"], json!([false, "command_permanently_denied", false]), "{result}");
     assert_eq!(page(&w, &sim, WEB, "document.title"), json!("Web sign-up"), "ground truth: the script never ran in the page");

@@ -9,71 +9,26 @@ use std::time::Duration;
 use aab_e2e::chromium::{Chromium, Tab};
 use serde_json::{Value, json};
 
+use crate::web::StaticSite;
+
 const SDK: &str = include_str!("../../plugins/web/sdk/ai-app-bridge-web.js");
 const SEED: &str = "6f1c2a52-0d7e-4d0b-9a53-1f0d2f8a9c11";
 const PREFIX: &str = "android_h5_";
 
-/// A tiny HTTP server answering every path with the same blank page; the tests
-/// fill the body over CDP. Stops when dropped.
-struct Site {
-    port: u16,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Site {
-    fn start() -> Site {
-        use std::io::{Read, Write};
-        let page = "<!doctype html><html><head><meta charset=utf-8><title>h5 page</title></head><body></body></html>";
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        listener.set_nonblocking(true).expect("nonblocking");
-        let port = listener.local_addr().expect("addr").port();
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            while !flag.load(std::sync::atomic::Ordering::SeqCst) {
-                match listener.accept() {
-                    Ok((mut s, _)) => {
-                        let _ = s.set_nonblocking(false);
-                        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-                        let mut head = Vec::new();
-                        let mut buf = [0u8; 1024];
-                        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                            match s.read(&mut buf) {
-                                Ok(0) | Err(_) => break,
-                                Ok(n) => head.extend_from_slice(&buf[..n]),
-                            }
-                        }
-                        let _ = write!(s, "HTTP/1.1 200 OK\r\ncontent-type: text/html; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{page}", page.len());
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
-                }
-            }
-        });
-        Site { port, stop, thread: Some(thread) }
-    }
-}
-
-impl Drop for Site {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
+/// Every path answers the same blank page; the tests fill the body over CDP.
+const BLANK: &str = "<!doctype html><html><head><meta charset=utf-8><title>h5 page</title></head><body></body></html>";
 
 /// A browser with one loaded page whose body is `html`.
 struct Page {
     chromium: Chromium,
     tab: Tab,
     url: String,
-    _site: Site,
+    _site: StaticSite,
 }
 
 impl Page {
     fn with_body(html: &str) -> Page {
-        let site = Site::start();
+        let site = StaticSite::serve(BLANK.to_string());
         let url = format!("http://127.0.0.1:{}/app/index.html", site.port);
         let mut chromium = Chromium::launch();
         let tab = chromium.open(&url);

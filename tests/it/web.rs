@@ -1190,14 +1190,14 @@ fn web_hostile_frames_corpus_is_refused() {
 
 /// A tiny HTTP server of the test that answers every request with `page`; stops
 /// when dropped.
-struct StaticSite {
-    port: u16,
+pub(crate) struct StaticSite {
+    pub(crate) port: u16,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl StaticSite {
-    fn serve(page: String) -> StaticSite {
+    pub(crate) fn serve(page: String) -> StaticSite {
         use std::io::{Read, Write};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         listener.set_nonblocking(true).unwrap();
