@@ -3,12 +3,11 @@
 //! control op `flutter` (engine state and effects), the one slot (busy,
 //! cancel before and after permission), engine restart and target checks.
 
-use std::io::{Read, Write};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{Env, http};
+use crate::support::{Env, http, request};
 
 const PKG: &str = "com.example.aab.sample";
 
@@ -24,15 +23,7 @@ fn sdk(env: &Env) -> Sdk {
 }
 
 fn post(port: u16, path: &str, body: &Value) -> Option<Value> {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let b = body.to_string();
-    s.write_all(format!("POST {path} HTTP/1.1\r\nContent-Length: {}\r\n\r\n{b}", b.len()).as_bytes()).unwrap();
-    let mut buf = vec![];
-    let _ = s.read_to_end(&mut buf);
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let (_, body) = text.split_once("\r\n\r\n")?;
-    serde_json::from_str(body).ok()
+    request(port, "POST", path, Some(&body.to_string()))
 }
 
 fn operable(s: &Sdk) -> Value {

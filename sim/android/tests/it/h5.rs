@@ -5,13 +5,12 @@
 //! page changes → reobserve_required, the shared action slot with cancel, and
 //! a lost completion found again through `/v1/action/cancel`.
 
-use std::io::{Read, Write};
 use std::time::Duration;
 
 use aab_android_sim::Scenario;
 use serde_json::{Value, json};
 
-use crate::support::Env;
+use crate::support::{Env, request};
 
 const PKG: &str = "com.example.hybrid";
 
@@ -47,18 +46,6 @@ fn sdk(env: &Env) -> Sdk {
 }
 
 /// One request; `None` when the connection closed without a reply.
-fn request(port: u16, method: &str, path: &str, body: Option<&str>) -> Option<Value> {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let b = body.unwrap_or("");
-    s.write_all(format!("{method} {path} HTTP/1.1\r\nContent-Length: {}\r\n\r\n{b}", b.len()).as_bytes()).unwrap();
-    let mut buf = vec![];
-    let _ = s.read_to_end(&mut buf);
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let (_, body) = text.split_once("\r\n\r\n")?;
-    serde_json::from_str(body).ok()
-}
-
 fn get(s: &Sdk, path: &str) -> Value {
     request(s.port, "GET", path, None).expect("a reply")
 }

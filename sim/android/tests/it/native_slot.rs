@@ -3,12 +3,11 @@
 //! reply dropped after the effect, a process dying mid-action, gestures and
 //! clear-data — each checked against control `actions` (what the phone did).
 
-use std::io::{Read, Write};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{Env, http};
+use crate::support::{Env, http, request};
 
 const PKG: &str = "com.example.aab.sample";
 
@@ -24,17 +23,8 @@ fn sdk(env: &Env) -> Sdk {
     Sdk { port: String::from_utf8_lossy(&out.stdout).trim().parse().unwrap(), epoch: d["runtimeEpoch"].as_str().unwrap().to_string() }
 }
 
-/// POST without the helper's asserts: `None` when the connection closed without a reply.
 fn post(port: u16, path: &str, body: &Value) -> Option<Value> {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let b = body.to_string();
-    s.write_all(format!("POST {path} HTTP/1.1\r\nContent-Length: {}\r\n\r\n{b}", b.len()).as_bytes()).unwrap();
-    let mut buf = vec![];
-    let _ = s.read_to_end(&mut buf);
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let (_, body) = text.split_once("\r\n\r\n")?;
-    serde_json::from_str(body).ok()
+    request(port, "POST", path, Some(&body.to_string()))
 }
 
 fn tap(s: &Sdk, id: &str, timeout_ms: u64) -> Value {

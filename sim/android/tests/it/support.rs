@@ -171,6 +171,22 @@ pub fn http(port: u16, method: &str, path: &str, body: Option<&str>) -> (u16, Va
     (status, serde_json::from_str(body).unwrap_or(Value::Null))
 }
 
+/// One request without [`http`]'s asserts: `None` when the connection closed
+/// without a (JSON) reply — a lost reply is what the fault tests look for. The
+/// 60 s read timeout outlasts the slowest simulated action.
+pub fn request(port: u16, method: &str, path: &str, body: Option<&str>) -> Option<Value> {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let b = body.unwrap_or("");
+    s.write_all(format!("{method} {path} HTTP/1.1\r\nContent-Length: {}\r\n\r\n{b}", b.len()).as_bytes()).unwrap();
+    let mut buf = vec![];
+    let _ = s.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let (_, body) = text.split_once("\r\n\r\n")?;
+    serde_json::from_str(body).ok()
+}
+
 /// Processes whose root directory is the device root (device shells and what they started).
 pub fn processes_in(root: &std::path::Path) -> usize {
     let canon = std::fs::canonicalize(root).unwrap();
