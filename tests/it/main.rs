@@ -14,6 +14,7 @@ mod android_ownership;
 mod android_native;
 mod android_shell;
 mod android_flutter;
+mod android_flutter_h5;
 mod android_hybrid;
 mod android_scale;
 mod android_webview;

@@ -180,7 +180,12 @@ pub fn check_page(expected: &Value, current: &Value, field: &str) -> Result<(), 
     if expected == current {
         return Ok(());
     }
-    let changed: Vec<&str> = PAGE_REF_KEYS.iter().copied().filter(|k| expected.get(*k) != current.get(*k)).collect();
+    // Every field of either reference (both schemas: Android's nine, Flutter H5's six).
+    let mut keys: Vec<&str> = current.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
+    if let Some(o) = expected.as_object() {
+        keys.extend(o.keys().map(String::as_str).filter(|k| current.get(*k).is_none()));
+    }
+    let changed: Vec<&str> = keys.into_iter().filter(|k| expected.get(*k) != current.get(*k)).collect();
     Err(refuse(REOBSERVE_REQUIRED.into(), format!("the page changed since it was observed ({}): observe again", changed.join(", ")))
         .with_field(field)
         .with_details(json!({"changed": changed, "expectedPage": expected, "currentPage": current})))
@@ -207,7 +212,7 @@ pub fn check_element(expected: &Value, control: &Value, prefix: &str) -> Result<
         .with_details(json!({"changed": changed, "expected": want, "current": have})))
 }
 
-fn summary(c: &Value) -> Value {
+pub fn summary(c: &Value) -> Value {
     json!({"elementId": c["elementId"], "tag": c["tag"], "id": c["id"], "text": c["text"], "ariaLabel": c["ariaLabel"], "visible": c["visible"], "bounds": c["bounds"]})
 }
 
@@ -248,13 +253,13 @@ pub enum Aim<'a> {
 }
 
 impl Aim<'_> {
-    /// The WebView the caller observed, if it said so.
-    fn observed_web_view(&self) -> Option<&str> {
+    /// The WebView (Flutter H5: the adapter) the caller observed, if it said so.
+    pub fn observed_web_view(&self) -> Option<&str> {
         let page = match self {
             Aim::Element { expected, .. } => expected.map(|e| &e["pageRef"]),
             Aim::Page { expected } => *expected,
         };
-        page.and_then(|p| p.get("webViewId")).and_then(Value::as_str)
+        page.and_then(|p| p.get("webViewId").or_else(|| p.get("adapterId"))).and_then(Value::as_str)
     }
 }
 
@@ -267,6 +272,11 @@ pub struct Bound {
 }
 
 pub fn bind(snapshot: Value, epoch: &str, aim: &Aim<'_>) -> Result<Bound, ProviderError> {
+    bind_in(snapshot, epoch, aim, PREFIX)
+}
+
+/// [`bind`] for a renderer with another error prefix (Flutter H5: `flutter_h5_`).
+pub fn bind_in(snapshot: Value, epoch: &str, aim: &Aim<'_>, prefix: &str) -> Result<Bound, ProviderError> {
     let page = snapshot["pageRef"].clone();
     same_runtime(&page, epoch)?;
     let control = match aim {
@@ -274,12 +284,12 @@ pub fn bind(snapshot: Value, epoch: &str, aim: &Aim<'_>) -> Result<Bound, Provid
             if let Some(e) = expected {
                 check_page(&e["pageRef"], &page, "expectedTarget")?;
             }
-            let c = select(&snapshot["dom"], selector, PREFIX)?;
+            let c = select(&snapshot["dom"], selector, prefix)?;
             if let Some(e) = expected {
-                check_element(&e["element"], &c, PREFIX)?;
+                check_element(&e["element"], &c, prefix)?;
             }
             if *editable && c.get("editable") != Some(&Value::Bool(true)) {
-                return Err(refuse(format!("{PREFIX}target_not_editable"), format!("the control {} is not editable", c["elementId"])).with_field("selector").with_details(json!({"control": summary(&c)})));
+                return Err(refuse(format!("{prefix}target_not_editable"), format!("the control {} is not editable", c["elementId"])).with_field("selector").with_details(json!({"control": summary(&c)})));
             }
             Some(c)
         }

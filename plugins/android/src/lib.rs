@@ -19,6 +19,7 @@ mod commands;
 mod device_tests;
 #[allow(dead_code)]
 mod flutter;
+mod flutter_h5;
 mod foreground;
 mod h5;
 mod manifest;

@@ -191,7 +191,7 @@ pub async fn handle(devices: &[Arc<Device>], req: &Value) -> Value {
             json!({ "ok": true })
         }
         "hold" => crate::hold::control(&dev, req),
-        "flutter" | "flutter-restart" | "flutter-rebuild" => crate::flutter::control(&dev, req),
+        "flutter" | "flutter-restart" | "flutter-rebuild" | "flutter-h5-reregister" => crate::flutter::control(&dev, req),
         "log-ring" => {
             // Ground truth of the logcat ring: every line held, oldest first, with its buffer.
             let ph = dev.phone.lock().unwrap();

@@ -6,8 +6,9 @@
 //! focus and live element ids; the snapshot `GET /v1/flutter/snapshot` returns
 //! (`layout.operable` limited to 600 nodes / depth 512, `widgetInspector`
 //! ≤64 levels / 4000 entries, `semantics` ≤600 nodes / depth 24) and the
-//! control ops `flutter`, `flutter-restart`, `flutter-rebuild`. Actions live
-//! in `flutter_exec`.
+//! control ops `flutter`, `flutter-restart`, `flutter-rebuild`,
+//! `flutter-h5-reregister`. Actions live in `flutter_exec`, Flutter-hosted
+//! WebViews in `flutter_h5`.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -142,6 +143,9 @@ pub struct Engine {
     pub focused: Option<String>,
     pub keyboard: bool,
     pub snapshots: u64,
+    /// Flutter H5 adapter registrations (adapterId → generation; absent = 1):
+    /// `flutter-h5-reregister` replaces a registration, voiding its page refs.
+    pub h5_generations: HashMap<String, u64>,
 }
 
 /// Engines by (process runtime epoch, screen name).
@@ -155,7 +159,7 @@ fn dart_epoch() -> String {
 impl Engine {
     fn new(spec: &FlutterSpec) -> Engine {
         let first = spec.initial_route.clone().or_else(|| spec.routes.first().map(|r| r.name.clone())).unwrap_or_default();
-        Engine { epoch: dart_epoch(), stack: vec![(first, 1)], next_instance: 2, ids: HashMap::new(), next_id: 1, generation: 0, values: HashMap::new(), scroll: HashMap::new(), focused: None, keyboard: false, snapshots: 0 }
+        Engine { epoch: dart_epoch(), stack: vec![(first, 1)], next_instance: 2, ids: HashMap::new(), next_id: 1, generation: 0, values: HashMap::new(), scroll: HashMap::new(), focused: None, keyboard: false, snapshots: 0, h5_generations: HashMap::new() }
     }
 
     pub fn route(&self) -> &str {
@@ -568,6 +572,20 @@ pub fn control(dev: &Device, req: &Value) -> Value {
             }
             dev.record(op, json!({ "package": package, "runtimeEpoch": r }));
             json!({ "ok": true, "runtimeEpoch": r })
+        }
+        "flutter-h5-reregister" => {
+            // The Dart side unregisters an adapter and registers it again: a new generation.
+            let Some(id) = req.get("adapterId").and_then(Value::as_str) else { return err("missing_argument", "adapterId") };
+            let Some(generation) = with_engine(&ph, idx, |e, _, _| {
+                let g = e.h5_generations.entry(id.to_string()).or_insert(1);
+                *g += 1;
+                *g
+            }) else {
+                return err("no_flutter_view", "the app's current screen shows no Flutter view");
+            };
+            drop(ph);
+            dev.record(op, json!({ "package": package, "adapterId": id, "adapterGeneration": generation }));
+            json!({ "ok": true, "adapterId": id, "adapterGeneration": generation })
         }
         _ => {
             let state = with_engine(&ph, idx, |e, spec, view| {

@@ -9,7 +9,8 @@
 //! `ok:false, error:<stopReason>`), timeout with the 1500 ms grace and the
 //! ambiguous pending reply, cancel, one retained terminal receipt, and the
 //! payloads tapAt, tapText, tapTarget, inputText, swipe, scrollBy,
-//! scrollUntilText, hideKeyboard, back with their target checks. Effects land
+//! scrollUntilText, hideKeyboard, back with their target checks, and the
+//! Flutter H5 payloads of `flutter_h5` (reads answered beside the slot). Effects land
 //! in the engine (typed text, scroll offsets, routes) and the truth journal
 //! (`flutter-tap`, `flutter-text`, `flutter-scroll`, `flutter-route`,
 //! `flutter-key`). Faults: `flutterActionQueueMs` (the Dart side is busy before
@@ -176,13 +177,16 @@ pub async fn handle(dev: &Arc<Device>, package: &str, process: &str, path: &str,
         return Some((200, reject("flutter_runtime_changed")));
     }
     let action = req.get("action").and_then(Value::as_str).unwrap_or("").to_string();
-    let Some((_, keys)) = PAYLOADS.iter().find(|(n, _)| *n == action) else {
-        // ---- DISPATCH POINT for other Dart actions: Flutter-hosted WebView
-        // actions (h5Adapters / h5Dom / h5Eval / h5Control) plug in here. ----
+    let Some((_, keys)) = PAYLOADS.iter().chain(crate::flutter_h5::PAYLOADS.iter()).find(|(n, _)| *n == action) else {
         return Some((200, reject_field("unknown_action", "action")));
     };
     if let Some(k) = req.keys().find(|k| !["action", "actionId", "execution"].contains(&k.as_str()) && !keys.contains(&k.as_str())) {
         return Some((200, reject_field("unsupported_argument", k)));
+    }
+    // Flutter H5 reads run beside any action: they take no slot, ask no permission
+    // and have no effect whose reply the lost-reply fault could stand for.
+    if crate::flutter_h5::is_read(&action) {
+        return Some((200, crate::flutter_h5::read(dev, package, &epoch, &action_id, &req).await));
     }
     if crate::sdk_actions::active_identity(process) != Value::Null {
         return Some((200, reject("native_action_busy")));
@@ -242,10 +246,22 @@ async fn run(req: Map<String, Value>, a: Arc<Active>) {
     if !matches!(*a.outcome.borrow(), Outcome::Pending) {
         return;
     }
-    if let Err(f) = act(&dev, &a.package, &a.action_id, &a.epoch, &req, false) {
-        settle(&a, f);
-        return;
-    }
+    // Flutter H5 mutations: checked and prepared in the real page before the permission.
+    let h5 = if a.action.starts_with("h5") {
+        match crate::flutter_h5::prepare(&dev, &a.package, &a.epoch, &req).await {
+            Ok(p) => Some(p),
+            Err(f) => {
+                settle(&a, f);
+                return;
+            }
+        }
+    } else {
+        if let Err(f) = act(&dev, &a.package, &a.action_id, &a.epoch, &req, false) {
+            settle(&a, f);
+            return;
+        }
+        None
+    };
     // checkFlutterAction: the permission for the first mutation.
     {
         let mut st = a.state.lock().unwrap();
@@ -257,8 +273,11 @@ async fn run(req: Map<String, Value>, a: Arc<Active>) {
     if delay > 0 {
         tokio::time::sleep(Duration::from_millis(delay)).await;
     }
-    let mut result = match act(&dev, &a.package, &a.action_id, &a.epoch, &req, true) {
-        Ok(v) | Err(v) => v,
+    let mut result = match h5 {
+        Some(p) => crate::flutter_h5::perform(&dev, &a.package, &a.action_id, p).await,
+        None => match act(&dev, &a.package, &a.action_id, &a.epoch, &req, true) {
+            Ok(v) | Err(v) => v,
+        },
     };
     if let Some(reason) = a.state.lock().unwrap().stop.clone() {
         result["ok"] = json!(false);

@@ -117,7 +117,7 @@ fn render_expression(request: &Value) -> String {
 
 /// One renderer turn in the WebView's page. Err(None) = no usable reply within
 /// `limit`; Err(Some(text)) = the page or the evaluation failed.
-async fn render(dev: &Arc<Device>, package: &str, web_view_id: &str, request: Value, limit: Duration) -> Result<Value, Option<String>> {
+pub(crate) async fn render(dev: &Arc<Device>, package: &str, web_view_id: &str, request: Value, limit: Duration) -> Result<Value, Option<String>> {
     let expression = render_expression(&request);
     match tokio::time::timeout(limit, crate::webview::evaluate(dev, package, web_view_id, &expression)).await {
         Err(_) => Err(None),

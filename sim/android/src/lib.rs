@@ -21,6 +21,7 @@ pub mod faults;
 mod lifecycle;
 mod flutter;
 mod flutter_exec;
+mod flutter_h5;
 mod observation;
 pub mod phone;
 pub mod rootfs;

@@ -108,7 +108,8 @@ pub struct AppSpec {
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct WebViewSpec {
     pub web_view_id: String,
-    /// `standard` (android.webkit.WebView) or `reflective` (a vendor class with evaluateJavascript).
+    /// `standard` (android.webkit.WebView), `reflective` (a vendor class with evaluateJavascript),
+    /// or `flutter` (a Flutter H5 adapter registered by the Dart side; src/flutter_h5.rs).
     pub adapter: String,
     pub class_name: String,
     /// Relative: a path on the device's H5 server (`h5/signup.html`); or absolute.
@@ -126,6 +127,9 @@ pub struct WebViewSpec {
     pub transform: String,
     /// A native view covering this screen rect over the WebView.
     pub obscured: Option<[i32; 4]>,
+    /// With adapter `flutter`: the Flutter route whose page shows this adapter
+    /// (its Dart `isVisible()`); none = every route of its screen's engine.
+    pub flutter_route: Option<String>,
 }
 
 impl Default for WebViewSpec {
@@ -142,6 +146,7 @@ impl Default for WebViewSpec {
             visible: true,
             transform: "identity".into(),
             obscured: None,
+            flutter_route: None,
         }
     }
 }

@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use super::http::{self, Request};
 
 /// Pages served under `/h5/`.
-const PAGES: &[(&str, &str)] = &[("signup.html", include_str!("../../scenarios/h5/signup.html")), ("news.html", include_str!("../../scenarios/h5/news.html"))];
+const PAGES: &[(&str, &str)] = &[("signup.html", include_str!("../../scenarios/h5/signup.html")), ("news.html", include_str!("../../scenarios/h5/news.html")), ("help.html", include_str!("../../scenarios/h5/help.html"))];
 
 /// Requests kept in the log (oldest dropped first).
 const LOG_CAP: usize = 2000;
@@ -137,6 +137,17 @@ async fn route(req: &Request, port: u16) -> (u16, &'static str, Vec<u8>) {
             }
             let who = if name.is_empty() { email.clone() } else { name };
             jsonr(201, json!({ "ok": true, "id": crate::device::random_hex(12), "email": email, "welcome": format!("Welcome, {who}") }))
+        }
+        "/api/support" => {
+            if req.method != "POST" {
+                return jsonr(405, json!({ "ok": false, "error": "method_not_allowed" }));
+            }
+            let v: Value = serde_json::from_str(&body_text).unwrap_or(Value::Null);
+            let question = v["question"].as_str().unwrap_or("").trim().to_string();
+            if question.is_empty() {
+                return jsonr(400, json!({ "ok": false, "error": "question_required" }));
+            }
+            jsonr(201, json!({ "ok": true, "ticket": format!("T-{}", &crate::device::random_hex(6)), "topic": v["topic"], "question": question }))
         }
         "/api/items" => {
             let n = req.query("n").and_then(|n| n.parse::<usize>().ok()).unwrap_or(5).min(500);

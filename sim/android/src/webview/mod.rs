@@ -2,7 +2,8 @@
 //!
 //! A WebView (scenario field `webViews` of an app) comes into existence when
 //! its app process runs and the screen it lives on has been shown (a WebView
-//! without `screen` exists from process start); it stays until the process
+//! without `screen` exists from process start; a Flutter-hosted one also needs
+//! its `flutterRoute` shown); it stays until the process
 //! dies. The browser is launched on the first WebView of the device; each app
 //! process gets its own browser context, each WebView its own page. Relative
 //! urls are served by the device's H5 server (`h5server`). The app process
@@ -226,7 +227,7 @@ impl Host {
         {
             let ph = dev.phone.lock().unwrap();
             let mut apps = self.apps.lock().unwrap();
-            for app in ph.apps.iter().filter(|a| !a.spec.web_views.is_empty()) {
+            for (idx, app) in ph.apps.iter().enumerate().filter(|(_, a)| !a.spec.web_views.is_empty()) {
                 let Some(p) = &app.process else {
                     if let Some(old) = apps.remove(&app.package) {
                         gone.push(old);
@@ -245,6 +246,12 @@ impl Host {
                     }
                     let screen = spec.screen.as_ref().and_then(|n| app.spec.screens.iter().position(|s| &s.name == n));
                     if screen.is_some_and(|s| s != app.screen) {
+                        continue;
+                    }
+                    // A Flutter-hosted WebView is built with the route that shows it.
+                    if let Some(route) = &spec.flutter_route
+                        && !crate::flutter::with_engine(&ph, idx, |e, _, _| e.route() == route).unwrap_or(false)
+                    {
                         continue;
                     }
                     let url = match self.h5() {

@@ -12,6 +12,7 @@ mod hold;
 mod native_slot;
 mod effects;
 mod flutter;
+mod flutter_h5;
 mod sdk;
 mod support;
 mod userland;
