@@ -30,6 +30,7 @@ use serde_json::{Value, json};
 pub mod chromium;
 pub mod fake_adbd;
 pub mod runtime_wire;
+pub mod watchdog;
 pub mod web;
 
 /// Environment variable names the host reads (kept from the original contract).
@@ -185,8 +186,9 @@ pub struct TestEnv {
     /// Environment given to every `aab` process of this test (on top of the
     /// directory variables), e.g. `AAB_MISBEHAVE_*` or a different plugin dir.
     env: Mutex<BTreeMap<String, String>>,
-    /// Every command this env ran, for the failure report.
-    history: Mutex<Vec<String>>,
+    /// Every command this env ran, for the failure report (and the hang watchdog).
+    history: Arc<Mutex<Vec<String>>>,
+    _watchdog: watchdog::Guard,
 }
 
 impl Default for TestEnv {
@@ -205,7 +207,9 @@ impl TestEnv {
             std::fs::create_dir_all(&p).unwrap_or_else(|e| panic!("create {}: {e}", p.display()));
             p
         };
+        let history = Arc::new(Mutex::new(Vec::new()));
         let env = TestEnv {
+            _watchdog: watchdog::enter(history.clone()),
             home: sub("home"),
             facts: sub("facts"),
             plugins: sub("plugins"),
@@ -214,7 +218,7 @@ impl TestEnv {
             root,
             dir: Some(dir),
             env: Mutex::new(BTreeMap::new()),
-            history: Mutex::new(Vec::new()),
+            history,
         };
         // HOME/XDG dirs inside the test dir so no cache of another test or of the user
         // leaks in (digest caches, default runtime home, ...).

@@ -531,7 +531,8 @@ pub fn snapshot_reply(dev: &Device, ph: &Phone, idx: usize, mut status: Value) -
             e.epoch.clone()
         });
         if let Some(p) = ph.apps[idx].process.as_ref() {
-            crate::flutter_exec::engine_restarted(&p.epoch);
+            // The phone lock is held here (the SDK request handler).
+            crate::flutter_exec::engine_restarted_later(&p.epoch);
         }
         dev.record("flutter-restart", json!({ "package": ph.apps[idx].package, "runtimeEpoch": epoch, "via": "fault" }));
     }

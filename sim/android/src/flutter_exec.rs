@@ -105,10 +105,20 @@ pub fn active_identity(process: &str) -> Value {
     })
 }
 
-/// The engine restarted: the running action's Dart side is gone.
+/// The engine restarted: the running action's Dart side is gone. Settling an
+/// action takes the phone lock: callers must not hold it (see [`engine_restarted_later`]).
 pub fn engine_restarted(process: &str) {
     if let Some(a) = with_slot(process, |s| s.active.clone()) {
         stop(&a, "flutter_runtime_changed");
+    }
+}
+
+/// [`engine_restarted`] for callers that hold the phone lock (a snapshot read
+/// that restarts the engine): the stop runs on its own task, after the lock is
+/// released, instead of deadlocking on it.
+pub fn engine_restarted_later(process: &str) {
+    if let Some(a) = with_slot(process, |s| s.active.clone()) {
+        tokio::spawn(async move { stop(&a, "flutter_runtime_changed") });
     }
 }
 
