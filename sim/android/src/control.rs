@@ -191,6 +191,7 @@ pub async fn handle(devices: &[Arc<Device>], req: &Value) -> Value {
             json!({ "ok": true })
         }
         "hold" => crate::hold::control(&dev, req),
+        "uia" | "uia-restart" | "uia-kill" | "system-dialog" => crate::uia::control(&dev, req),
         "flutter" | "flutter-restart" | "flutter-rebuild" | "flutter-h5-reregister" => crate::flutter::control(&dev, req),
         "log-ring" => {
             // Ground truth of the logcat ring: every line held, oldest first, with its buffer.
@@ -230,4 +231,4 @@ pub async fn handle(devices: &[Arc<Device>], req: &Value) -> Value {
 
 /// Truth kinds that are effects on the phone (control `effects`): input, launches,
 /// data/permission/app-op changes, signals to app processes, log clears.
-pub const EFFECT_KINDS: &[&str] = &["tap", "text", "keyevent", "swipe", "launch", "force-stop", "clear-data", "permission", "appops", "signal", "logcat-clear", "install", "uninstall"];
+pub const EFFECT_KINDS: &[&str] = &["tap", "text", "keyevent", "swipe", "launch", "force-stop", "clear-data", "permission", "appops", "signal", "logcat-clear", "install", "uninstall", "uia-tap", "system-dialog-answer"];

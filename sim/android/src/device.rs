@@ -36,6 +36,8 @@ pub struct Device {
     /// Set while the device "reboots" or is disconnected: new adb connections are dropped.
     pub offline_until: Mutex<Option<Instant>>,
     pub tool_port: Mutex<u16>,
+    /// UIA runtimes (src/uia/) by phone root.
+    pub uia: Mutex<crate::uia::Registry>,
 }
 
 pub struct Boot {
@@ -105,6 +107,7 @@ impl Device {
             scenario,
             offline_until: Mutex::new(None),
             tool_port: Mutex::new(0),
+            uia: Mutex::new(Default::default()),
         })
     }
 

@@ -51,6 +51,12 @@ pub struct Faults {
     /// An admitted H5 action holds the slot this long before its effect turn (a
     /// cancel or timeout during the wait ends it undispatched).
     pub h5_action_delay_ms: u64,
+    /// UIA: an admitted click waits this long before its effect (query sees `admitted`).
+    pub uia_click_delay_ms: u64,
+    /// UIA: the next N authorized ops take effect, then the connection closes without a reply.
+    pub uia_drop_replies: u32,
+    /// UIA: snapshot lifetime in ms instead of 60000 (0 = default).
+    pub uia_snapshot_ttl_ms: u64,
 }
 
 impl Faults {

@@ -32,6 +32,8 @@ mod sdk_actions;
 mod redact;
 mod services;
 mod tools;
+mod system_dialog;
+mod uia;
 mod uiautomator;
 mod validation;
 pub mod webview;

@@ -227,6 +227,7 @@ pub fn reboot(dev: &Arc<Device>, offline_ms: u64) {
     *dev.offline_until.lock().unwrap() = Some(Instant::now() + Duration::from_millis(offline_ms));
     dev.drop_connections();
     crate::rootfs::kill_processes_in(&dev.root);
+    crate::uia::reboot(dev);
     let n = dev.phone.lock().unwrap().apps.len();
     for i in 0..n {
         stop_process(dev, i, "reboot");

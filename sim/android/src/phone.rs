@@ -30,6 +30,8 @@ pub struct Phone {
     /// `pm install-create` sessions: id → bytes written so far.
     pub install_sessions: BTreeMap<u32, Vec<u8>>,
     pub next_session: u32,
+    /// A system dialog shown over the foreground app (the focused window while it shows).
+    pub system_dialog: Option<crate::system_dialog::SystemDialog>,
 }
 
 pub struct App {
@@ -409,6 +411,7 @@ impl Phone {
             extra_installs: vec![],
             install_sessions: BTreeMap::new(),
             next_session: 1_000_000,
+            system_dialog: None,
         }
     }
 

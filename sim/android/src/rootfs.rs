@@ -49,6 +49,12 @@ if [ $# -eq 0 ]; then exec /system/bin/sh; fi
 exec "$@"
 "#;
 
+/// `app_process`: the environment's `CLASSPATH` travels as the first argument
+/// (the simulator runs the UIA runtime's main class, `src/uia/`).
+const APP_PROCESS: &str = r#"#!/system/bin/sh
+exec /system/bin/simtool app_process "--sim-classpath=$CLASSPATH" "$@"
+"#;
+
 pub fn require_root() -> io::Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         return Err(io::Error::new(
@@ -196,6 +202,7 @@ pub fn build(root: &Path) -> io::Result<()> {
     }
     write_exec(&bin.join("simtool"), SIMTOOL)?;
     write_exec(&bin.join("run-as"), RUN_AS)?;
+    write_exec(&bin.join("app_process"), APP_PROCESS)?;
     for t in TOOLS {
         force_symlink("simtool", &bin.join(t))?;
     }

@@ -63,6 +63,11 @@ fn node(out: &mut String, n: &Node, index: usize, package: &str) {
 
 pub fn dump(ph: &Phone) -> String {
     let mut out = String::from("<?xml version='1.0' encoding='UTF-8' standalone='yes' ?><hierarchy rotation=\"0\">");
+    if let Some(d) = &ph.system_dialog {
+        node(&mut out, &d.tree(ph.width, ph.height), 0, &d.package);
+        out.push_str("</hierarchy>");
+        return out;
+    }
     match (ph.foreground_app(), ph.foreground_tree()) {
         (Some(app), Some(tree)) => node(&mut out, &tree, 0, &app.package),
         _ => {

@@ -437,6 +437,10 @@ fn processes(ctx: &Ctx) -> Vec<(u32, u32, String)> {
             v.push((p.pid, a.uid(), a.package.clone()));
         }
     }
+    drop(ph);
+    for pid in crate::uia::pids(&ctx.dev) {
+        v.push((pid, 2000, "app_process".to_string()));
+    }
     v
 }
 
@@ -667,17 +671,13 @@ pub fn tap(dev: &std::sync::Arc<crate::device::Device>, x: i32, y: i32) {
             json!({ "keyboard": true })
         } else {
             match ph.foreground {
+                _ if ph.system_dialog.is_some() => crate::system_dialog::tap(dev, &mut ph, x, y),
                 Some(i) => {
                     let tree = ph.apps[i].tree(ph.width, ph.height);
                     match tree.as_ref().and_then(|t| t.hit(x, y)) {
                         Some(node) => {
                             let node = node.clone();
-                            let fx = ph.apps[i].apply_action(&node);
-                            ph.keyboard = ph.apps[i].focused.is_some();
-                            let pid = ph.apps[i].process.as_ref().map(|p| p.pid).unwrap_or(0);
-                            ph.log(pid, 'D', "ViewRootImpl", &format!("tap on {} ({})", node.resource_name.clone().unwrap_or_default(), node.text.clone().unwrap_or_default()));
-                            super::logcat::app_writes(&mut ph, pid, &fx);
-                            json!({ "package": ph.apps[i].package, "id": node.id, "text": node.text, "class": node.class, "effects": fx })
+                            tap_app_node(&mut ph, i, &node)
                         }
                         None => json!({ "package": ph.apps[i].package, "id": null }),
                     }
@@ -699,6 +699,16 @@ pub fn tap(dev: &std::sync::Arc<crate::device::Device>, x: i32, y: i32) {
     if let Some(p) = launch_pkg {
         let _ = lifecycle::launch(dev, &p, None);
     }
+}
+
+/// The effect of a tap on a resolved node of app `i`'s current screen.
+pub fn tap_app_node(ph: &mut crate::phone::Phone, i: usize, node: &crate::phone::Node) -> serde_json::Value {
+    let fx = ph.apps[i].apply_action(node);
+    ph.keyboard = ph.apps[i].focused.is_some();
+    let pid = ph.apps[i].process.as_ref().map(|p| p.pid).unwrap_or(0);
+    ph.log(pid, 'D', "ViewRootImpl", &format!("tap on {} ({})", node.resource_name.clone().unwrap_or_default(), node.text.clone().unwrap_or_default()));
+    super::logcat::app_writes(ph, pid, &fx);
+    json!({ "package": ph.apps[i].package, "id": node.id, "text": node.text, "class": node.class, "effects": fx })
 }
 
 pub fn type_text(dev: &std::sync::Arc<crate::device::Device>, text: &str) {

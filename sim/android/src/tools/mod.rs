@@ -128,6 +128,7 @@ pub async fn run(ctx: &Ctx, argv: &[String], w: &mut (dyn AsyncWrite + Unpin + S
         }
         "logcat" => logcat::run(ctx, args, w).await,
         "input" => android::input(ctx, args).await,
+        "app_process" => crate::uia::app_process(ctx, args),
         _ => android::simple(ctx, name, args),
     }
 }
@@ -168,6 +169,11 @@ pub fn android_tap(dev: &Arc<Device>, x: i32, y: i32) {
 
 pub fn android_text(dev: &Arc<Device>, text: &str) {
     android::type_text(dev, text)
+}
+
+/// Applies a tap on a node of app `i`'s current screen (the effect part of `input tap`).
+pub fn tap_app_node(ph: &mut crate::phone::Phone, i: usize, node: &crate::phone::Node) -> serde_json::Value {
+    android::tap_app_node(ph, i, node)
 }
 
 pub fn android_key(dev: &Arc<Device>, code: u32) {
