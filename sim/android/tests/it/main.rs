@@ -15,5 +15,6 @@ mod flutter;
 mod flutter_h5;
 mod sdk;
 mod support;
+mod uia;
 mod userland;
 mod webview;
