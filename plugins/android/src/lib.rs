@@ -35,6 +35,7 @@ mod sim_tests;
 mod sdk;
 #[cfg(test)]
 mod test_support;
+mod uia;
 
 use aab_plugin_api::{Commands, Context, Manifest, Provider, ProviderError};
 

@@ -44,6 +44,14 @@ pub async fn reconcile(ctx: &Context<'_>, request: Value) -> Result<Value, Provi
             }
             return Ok(answer);
         }
+        Some("uia") => {
+            let budget = Budget::new(ctx, None);
+            let Some(serial) = record["serial"].as_str() else { return Ok(unsettled("action_record_invalid", record.clone())) };
+            match device(None, Some(serial), &budget).await {
+                Ok(dev) => crate::uia::reconcile(&dev, &record, budget.deadline).await.map(|r| (r["device"].clone(), r["proof"].clone())),
+                Err(e) => Err(unsettled("device_unreachable", json!({"error": e.error, "message": e.message}))),
+            }
+        }
         _ => return Ok(unsettled("unsupported_action_kind", json!({"kind": record["kind"]}))),
     };
     Ok(match answer {

@@ -39,6 +39,11 @@ fn failure(code: &str, message: String, method: &str, path: &str, written: bool)
 /// Send `method path` (with an optional JSON body) to `127.0.0.1:<port>` and read
 /// the one reply; the deadline bounds connect, write and read together.
 pub async fn request(port: u16, method: &str, path: &str, body: Option<&Value>, deadline: Deadline) -> Result<Response> {
+    request_with(port, method, path, &[], body, deadline).await
+}
+
+/// [`request`] with extra request headers (the UIA runtime's `Authorization`).
+pub async fn request_with(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&Value>, deadline: Deadline) -> Result<Response> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let timeout = |written: bool| failure(BRIDGE_NOT_READY, format!("the SDK did not answer {method} {path} in time"), method, path, written);
     let mut stream = match tokio::time::timeout_at(deadline.instant(), TcpStream::connect(addr)).await {
@@ -52,6 +57,9 @@ pub async fn request(port: u16, method: &str, path: &str, body: Option<&Value>, 
     let _ = stream.set_nodelay(true);
     let payload = body.map(|b| b.to_string().into_bytes());
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nAccept: application/json\r\n");
+    for (name, value) in headers {
+        req.push_str(&format!("{name}: {value}\r\n"));
+    }
     match &payload {
         Some(p) => req.push_str(&format!("Content-Type: application/json; charset=utf-8\r\nContent-Length: {}\r\n\r\n", p.len())),
         None => req.push_str("Content-Length: 0\r\n\r\n"),
