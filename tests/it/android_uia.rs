@@ -94,6 +94,14 @@ fn android_uia_deploys_the_runtime_and_answers_a_system_dialog_once() {
     let again = w.ok("uia-runtime", json!({"operation": "start", "serial": serial, "root": ROOT, "bundleDir": dir}));
     assert_eq!((again["started"].clone(), again["descriptor"]["runtimeEpoch"].clone()), (json!(false), epoch.clone()));
     assert_eq!(truth(&w, &sim, "uia-runtime-start").len(), 1);
+    // Another runtime jar while this one runs: the phone's owner lock refuses it.
+    let (other, _) = bundle(&w, "other", false);
+    let (body, run) = w.run("uia-runtime", json!({"operation": "start", "serial": serial, "root": ROOT, "bundleDir": other}));
+    let facts = error_facts(&body).clone();
+    w.env.check(facts["error"] == json!("uia_runtime_already_running") && facts["ambiguous"] == json!(false), &run, "the owner lock refuses a second runtime: a known outcome");
+    let runtimes = control(&w, &sim, json!({"op": "uia", "root": ROOT}))["runtimes"].clone();
+    let running: Vec<&Value> = runtimes.as_array().unwrap().iter().filter(|r| r["running"] == json!(true)).collect();
+    assert_eq!((running.len(), running[0]["runtimeEpoch"].clone()), (1, epoch.clone()), "ground truth: still the one runtime {runtimes}");
 
     // The permission dialog the app did not draw: the runtime sees it, tap-uia answers it once.
     camera_dialog(&w, &sim);
