@@ -190,8 +190,8 @@ fn android_native_busy_slot_and_schema_refusals_are_not_dispatched() {
             assert!(facts["field"].as_str().unwrap().starts_with(f), "{command}: {facts}");
         }
     }
-    // Providers that do not exist yet; a selector that matches nothing.
-    w.fails("tap-text", with(json!({"targetText": "Sign in", "provider": "uia"})), "provider_unavailable");
+    // The uia provider needs a started UIA runtime; a selector that matches nothing.
+    w.fails("tap-text", with(json!({"targetText": "Sign in", "provider": "uia"})), "uia_runtime_not_running");
     let nf = w.fails("tap-native", with(json!({"selector": {"text": "Nope"}})), "native_selector_not_found");
     assert_eq!(nf["field"], json!("selector"));
     assert_eq!(effects(&w, &sim, "tap").len(), 1, "ground truth: nothing else happened");

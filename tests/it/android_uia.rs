@@ -172,3 +172,23 @@ fn android_uia_click_pending_at_the_deadline_is_unresolved_until_reconciled() {
     assert_eq!(app_state(&w, &sim, SAMPLE)["permissions"][CAMERA], json!(false), "ground truth: denied once");
     sim.shutdown();
 }
+
+#[test]
+fn android_tap_text_with_the_uia_provider_needs_no_sdk_view() {
+    let w = World::new();
+    let mut sim = simulated(&w);
+    let serial = sim.devices[0].serial.clone();
+    let (dir, _) = bundle(&w, "bundle", false);
+    // The default root (the release layout).
+    let st = w.ok("uia-runtime", json!({"operation": "start", "serial": serial, "bundleDir": dir}));
+    assert_eq!(st["root"], json!("/data/local/tmp/ai-app-bridge-uia/v1"), "{st}");
+    let tap = w.ok("tap-text", json!({"serial": serial, "packageName": SAMPLE, "targetText": "Create account", "provider": "uia"}));
+    assert_eq!((tap["provider"].clone(), tap["proof"]["kind"].clone(), tap["receipt"]["completion"].clone()), (json!("uia"), json!("uia"), json!("original_callback")), "{tap}");
+    assert_eq!(app_state(&w, &sim, SAMPLE)["screen"], json!("signup"), "ground truth: the tap reached the app");
+    let taps = truth(&w, &sim, "uia-tap");
+    assert_eq!((taps.len(), taps[0]["data"]["actionId"].clone()), (1, tap["actionId"].clone()));
+    // Another package's text is not this app's: nothing clicked.
+    w.fails("tap-text", json!({"serial": serial, "packageName": "com.example.notes", "targetText": "Sign up", "provider": "uia"}), "uia_selector_not_found");
+    assert_eq!(truth(&w, &sim, "uia-tap").len(), 1);
+    sim.shutdown();
+}

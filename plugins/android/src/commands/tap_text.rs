@@ -3,7 +3,8 @@
 //! view's operable tree (both from a fresh tree, then a managed action);
 //! `auto` tries native first and, only when no native view has that text
 //! (`native_selector_not_found`, nothing dispatched), the Flutter view;
-//! `uia` answers `provider_unavailable` before anything is dispatched.
+//! `uia` clicks the node with that exact text in the focused window of the
+//! app's package through the UIA runtime (default root; `uia-runtime start` first).
 
 use aab_plugin_api::{Command, CommandSpec, Context, Invocation, ProviderError, Reply};
 use serde::Deserialize;
@@ -20,7 +21,7 @@ use crate::native_exec::App;
 fn spec() -> CommandSpec {
     let mut required = MUTATION_REQUIRED.to_vec();
     required.push("targetText");
-    device_mutation("tap-text", "core", "android-app", "Tap the one view whose text is exactly targetText: provider native (SDK view tree), flutter (Flutter operable tree) or auto (native first, then Flutter when no native view has the text); uia is not available in this build.")
+    device_mutation("tap-text", "core", "android-app", "Tap the one view whose text is exactly targetText: provider native (SDK view tree), flutter (Flutter operable tree) auto (native first, then Flutter when no native view has the text), or uia (the node of the app's focused window through the UIA runtime, no SDK needed).")
         .permission("app.interact")
         .input_schema(object(
             props(json!({
@@ -53,8 +54,21 @@ impl Command for TapText {
     }
     async fn run(_: &AndroidProvider, ctx: &Context<'_>, inv: &Invocation, args: TapTextArgs) -> Result<Reply, ProviderError> {
         let provider = args.provider.as_deref().unwrap_or("auto");
-        if !["auto", "native", "flutter"].contains(&provider) {
+        if !["auto", "native", "flutter", "uia"].contains(&provider) {
             return Err(ProviderError::new(PROVIDER_UNAVAILABLE, format!("the {provider} provider of tap-text is not available in this build")).with_field("provider").not_dispatched());
+        }
+        if provider == "uia" {
+            let budget = super::Budget::new(ctx, args.adb_timeout_ms);
+            return cancellable(ctx, async {
+                let dev = super::device(args.adb.as_deref(), args.serial.as_deref(), &budget).await?;
+                let rt = crate::uia::connect(&dev, crate::uia::ROOT_V1, budget.deadline).await?;
+                let aim = crate::uia::Aim::Selector { kind: "text", value: &args.target_text, exact: true, package: Some(&args.package_name) };
+                let mut out = crate::uia::click(ctx, inv, "tap-text", &rt, aim, Some(&args.package_name), "nearest_clickable_ancestor", budget.deadline).await?;
+                out["provider"] = json!("uia");
+                out["selected"] = json!({"provider": "uia", "requested": provider});
+                Ok(Reply::Json(out))
+            })
+            .await;
         }
         let app = App { package: args.package_name, serial: args.serial, port: args.port, adb: args.adb, adb_timeout_ms: args.adb_timeout_ms };
         let selector = json!({"text": args.target_text});
