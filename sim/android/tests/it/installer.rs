@@ -171,6 +171,13 @@ fn sessions_install_real_apks_with_the_update_rules() {
     assert_eq!(install(&env, &other, "-r -g").1, "Success\n");
     assert!(dumpsys_package(&env, "com.example.installed.t2").contains("android.permission.RECORD_AUDIO: granted=true"));
 
+    // `adb install` (abb_exec `package install`) goes through the same verification.
+    let out = env.adb(&["-s", &env.serial(), "install", "-r", v3.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Success"), "{out:?}");
+    assert!(dumpsys_package(&env, pkg).contains("versionCode=3 "));
+    let out = env.adb(&["-s", &env.serial(), "install", "-r", v4_other.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Failure [INSTALL_FAILED_UPDATE_INCOMPATIBLE: ") || String::from_utf8_lossy(&out.stderr).contains("Failure [INSTALL_FAILED_UPDATE_INCOMPATIBLE: "), "{out:?}");
+
     // A committed session is gone; abandon; usage errors.
     let (o, e, c) = env.shell(&format!("pm install-commit {id}"));
     assert_eq!((o.as_str(), c), ("", 255));
@@ -183,7 +190,7 @@ fn sessions_install_real_apks_with_the_update_rules() {
     assert_eq!(env.shell(&format!("pm install-commit {aid}")).2, 255);
     assert_eq!(env.shell(&format!("pm install-abandon {aid}")).2, 255);
     assert_eq!(session(&installs(&env), &aid)["state"], "abandoned");
-    assert!(dumpsys_package(&env, pkg).contains("versionCode=2 "), "abandoning installs nothing");
+    assert_eq!(installs(&env).iter().filter(|s| s["outcome"] == "success").count(), 4, "abandoning installs nothing");
     let (_, e, c) = env.shell("pm install-commit");
     assert_eq!(c, 255);
     assert!(e.contains("java.lang.NumberFormatException: null"), "{e}");
