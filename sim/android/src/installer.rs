@@ -188,7 +188,7 @@ pub fn write(ctx: &Ctx, args: &[String]) -> Res {
     if path == "-" {
         return Res::fail(1, "Error: install-write from stdin is not supported by aab-android-sim; write a device path\n");
     }
-    if !dev.phone.lock().unwrap().install_sessions.get(&id).is_some_and(|s| s.state == "open") {
+    if dev.phone.lock().unwrap().install_sessions.get(&id).is_none_or(|s| s.state != "open") {
         return no_session("install-write", id);
     }
     let abs = if path.starts_with('/') { path.clone() } else { format!("{}/{path}", ctx.cwd.trim_end_matches('/')) };
@@ -368,8 +368,13 @@ fn settle(dev: &Arc<Device>, id: u32, outcome: &str, state: &str, output: &str) 
 }
 
 fn stop_later(dev: &Arc<Device>, i: usize) {
+    // Called under the phone lock: stop the process once it is released (on the runtime: the
+    // WebView teardown spawns tasks).
     let dev = dev.clone();
-    std::thread::spawn(move || crate::lifecycle::stop_process(&dev, i, "installPackageLI"));
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) => drop(h.spawn_blocking(move || crate::lifecycle::stop_process(&dev, i, "installPackageLI"))),
+        Err(_) => drop(std::thread::spawn(move || crate::lifecycle::stop_process(&dev, i, "installPackageLI"))),
+    }
 }
 
 /// `pm install-commit SESSION_ID` (async: the verification runs the real tools).

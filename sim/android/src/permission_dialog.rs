@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::device::Device;
-use crate::phone::{Phone, PermFlags};
+use crate::phone::Phone;
 use crate::system_dialog::{DialogAction, DialogButton, PermissionChoice, SystemDialog};
 
 pub const CONTROLLER_PKG: &str = "com.android.permissioncontroller";
@@ -115,7 +115,7 @@ pub fn answer(dev: &Arc<Device>, ph: &mut Phone, package: &str, permission: &str
     let sdk = ph.sdk_int;
     let Some(i) = ph.app_index(package) else { return json!({ "package": package, "result": null }) };
     let app = &mut ph.apps[i];
-    let f = app.perm_flags.entry(permission.to_string()).or_insert_with(PermFlags::default);
+    let f = app.perm_flags.entry(permission.to_string()).or_default();
     let granted = matches!(choice, PermissionChoice::Allow);
     f.user_set = true;
     match choice {

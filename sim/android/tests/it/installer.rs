@@ -33,7 +33,7 @@ fn apk(dir: &Path, package: &str, version_code: u32, perms: &[&str], ks: Option<
     let uses: String = perms.iter().map(|p| format!("  <uses-permission android:name=\"{p}\"/>\n")).collect();
     std::fs::write(
         work.join("AndroidManifest.xml"),
-        format!("<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<manifest xmlns:android=\"http://schemas.android.com/apk/res/android\" package=\"{package}\" android:versionCode=\"{version_code}\" android:versionName=\"1.{version_code}\">\n  <uses-sdk android:minSdkVersion=\"24\" android:targetSdkVersion=\"34\"/>\n{uses}  <application android:label=\"Test\"/>\n</manifest>\n"),
+        format!("<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<manifest xmlns:android=\"http://schemas.android.com/apk/res/android\" package=\"{package}\" android:versionCode=\"{version_code}\" android:versionName=\"1.{version_code}\">\n  <uses-sdk android:minSdkVersion=\"24\" android:targetSdkVersion=\"34\"/>\n{uses}  <application android:label=\"Test\">\n    <activity android:name=\".Main\" android:exported=\"true\">\n      <intent-filter><action android:name=\"android.intent.action.MAIN\"/><category android:name=\"android.intent.category.LAUNCHER\"/></intent-filter>\n    </activity>\n  </application>\n</manifest>\n"),
     )
     .unwrap();
     let unsigned = work.join("unsigned.apk");
@@ -73,7 +73,7 @@ fn installs(env: &Env) -> Vec<Value> {
 }
 
 fn session<'a>(all: &'a [Value], id: &str) -> &'a Value {
-    all.iter().find(|s| s["sessionId"].to_string() == id).unwrap_or_else(|| panic!("session {id} in {all:?}"))
+    all.iter().find(|s| s["sessionId"].as_u64().map(|n| n.to_string()).as_deref() == Some(id)).unwrap_or_else(|| panic!("session {id} in {all:?}"))
 }
 
 /// The center of the node whose text is `text` in a `uiautomator dump`.
@@ -265,11 +265,28 @@ fn installer_faults_fail_leave_pending_or_ask_for_confirmation() {
     tap_text(&env, "Cancel");
     assert_eq!(session(&installs(&env), &id)["outcome"], "INSTALL_FAILED_ABORTED");
     assert!(dumpsys_package(&env, pkg).contains("versionCode=1 "));
-    // Faults are one-shot: the next commit installs.
+    // Faults are one-shot: the next commit installs; an update kills the app's running process.
+    assert!(env.sh(&format!("am start -W -n {pkg}/.Main")).contains("Status: ok"));
+    let pid = env.sh(&format!("pidof {pkg}")).trim().to_string();
     assert_eq!(install(&env, &v2, "-r").1, "Success\n");
     assert!(dumpsys_package(&env, pkg).contains("versionCode=2 "));
+    let stops = env.truth("process-stop");
+    assert_eq!((stops.len(), stops[0]["data"]["pid"].to_string(), stops[0]["data"]["reason"].clone()), (1, pid, json!("installPackageLI")));
+    // …also when the update is confirmed in the dialog.
+    env.sh(&format!("am start -W -n {pkg}/.Main"));
+    let v3 = apk(dir.path(), pkg, 3, &[], Some(&k1));
+    env.control(json!({ "op": "faults", "set": { "installPendingUserAction": 1 } }));
+    assert_eq!(install(&env, &v3, "-r").1, "Failure [null]\n");
+    tap_text(&env, "Update");
+    assert!(dumpsys_package(&env, pkg).contains("versionCode=3 "));
+    let mut n = 0;
+    while env.truth("process-stop").len() < 2 && n < 200 {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        n += 1;
+    }
+    assert_eq!(env.truth("process-stop").len(), 2, "the running app was stopped by the confirmed update");
     let outcomes: Vec<String> = env.truth("package-install").iter().map(|t| t["data"]["outcome"].as_str().unwrap().to_string()).collect();
-    assert_eq!(outcomes, ["INSTALL_FAILED_INSUFFICIENT_STORAGE", "pending", "pending-user-action", "success", "pending-user-action", "INSTALL_FAILED_ABORTED", "success"]);
+    assert_eq!(outcomes, ["INSTALL_FAILED_INSUFFICIENT_STORAGE", "pending", "pending-user-action", "success", "pending-user-action", "INSTALL_FAILED_ABORTED", "success", "pending-user-action", "success"]);
 }
 
 const SAMPLE: &str = "com.example.aab.sample";
@@ -305,7 +322,7 @@ fn permission_dialog_outcomes_allow_deny_dont_ask_again_and_already_granted() {
     tap_text(&env, "Don't allow");
     assert_eq!(perm_line(&env, CAMERA), format!("{CAMERA}: granted=false, flags=[ USER_SENSITIVE_WHEN_GRANTED|USER_SENSITIVE_WHEN_DENIED|USER_SET]"));
     let acts = env.sh("dumpsys activity activities");
-    assert!(!acts.contains("permissioncontroller") && acts.contains(&format!("ResumedActivity: ActivityRecord{{")) && acts.contains(&format!(" u0 {SAMPLE}/")), "{acts}");
+    assert!(!acts.contains("permissioncontroller") && acts.contains("ResumedActivity: ActivityRecord{") && acts.contains(&format!(" u0 {SAMPLE}/")), "{acts}");
 
     // Deny twice: don't ask again (USER_FIXED); the next request shows nothing and stays denied.
     assert_eq!(request(&env, CAMERA)["shown"], true);
