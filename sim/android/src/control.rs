@@ -191,6 +191,8 @@ pub async fn handle(devices: &[Arc<Device>], req: &Value) -> Value {
             json!({ "ok": true })
         }
         "hold" => crate::hold::control(&dev, req),
+        "installs" => crate::installer::control(&dev),
+        "permission-request" => crate::permission_dialog::request(&dev, req),
         "uia" | "uia-restart" | "uia-kill" | "system-dialog" => crate::uia::control(&dev, req),
         "flutter" | "flutter-restart" | "flutter-rebuild" | "flutter-h5-reregister" => crate::flutter::control(&dev, req),
         "log-ring" => {

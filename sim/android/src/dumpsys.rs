@@ -56,17 +56,33 @@ pub fn window(ph: &Phone) -> String {
         n += 1;
     }
     let (tok, title, rec) = focus(ph);
+    let top = dialog_activity(ph).map(|r| {
+        let comp = ph.system_dialog.as_ref().and_then(|d| d.activity.clone()).unwrap_or_default();
+        (format!("{:07x}", 0x5d00000 + (ph.system_dialog.as_ref().map(|d| d.window_id).unwrap_or(0) as u64 & 0xfffff)), comp, r)
+    });
     let (uid, pid, pkg, session) = match ph.foreground_app().and_then(|a| a.process.as_ref().map(|p| (a, p))) {
         Some((a, p)) => (a.uid(), p.pid, a.package.clone(), p.session_token.clone()),
         None => (LAUNCHER_UID, LAUNCHER_PID, LAUNCHER_PKG.to_string(), "6d5e4f3".into()),
     };
     let task = ph.foreground_app().map(|a| a.task_id).unwrap_or(2);
+    if let Some((ttok, comp, trec)) = &top {
+        let tpkg = comp.split('/').next().unwrap_or_default();
+        let _ = write!(
+            s,
+            "  Window #{n} Window{{{ttok} u0 {comp}}}:\n    mDisplayId=0 rootTaskId={task} mSession=Session{{4b5c6d7 2345:u0a10042}} mClient=android.os.BinderProxy@{ttok}\n    mOwnerUid=10042 showForAllUsers=false package={tpkg} appop=NONE\n    mAttrs={{(0,0)(fillxwrap) gr=CENTER sim={{adjust=pan}} ty=BASE_APPLICATION fmt=TRANSLUCENT\n      fl=DIM_BEHIND ALT_FOCUSABLE_IM SPLIT_TOUCH HARDWARE_ACCELERATED}}\n    Requested w={w} h={h} mLayoutSeq=412\n    mActivityRecord={trec}\n    isOnScreen=true\n    isVisible=true\n"
+        );
+        n += 1;
+    }
     let _ = write!(
         s,
         "  Window #{n} Window{{{tok} u0 {title}}}:\n    mDisplayId=0 rootTaskId={task} mSession=Session{{{session} {pid}:{}}} mClient=android.os.BinderProxy@{tok}\n    mOwnerUid={uid} showForAllUsers=false package={pkg} appop=NONE\n    mAttrs={{(0,0)(fillxfill) sim={{adjust=resize forwardNavigation}} ty=BASE_APPLICATION wanim=0x10302f8\n      fl=LAYOUT_IN_SCREEN LAYOUT_INSET_DECOR SPLIT_TOUCH HARDWARE_ACCELERATED DRAWS_SYSTEM_BAR_BACKGROUNDS\n      pfl=NO_MOVE_ANIMATION FORCE_DRAW_STATUS_BAR_BACKGROUND FIT_INSETS_CONTROLLED\n      bhv=DEFAULT}}\n    Requested w={w} h={h} mLayoutSeq=412\n    mActivityRecord={rec}\n    mViewVisibility=0x0 mHaveFrame=true mObscured=false\n    isOnScreen=true\n    isVisible=true\n",
         app_short_uid(uid)
     );
     n += 1;
+    let (tok, title, rec) = match &top {
+        Some((ttok, comp, trec)) => (ttok.clone(), comp.clone(), trec.clone()),
+        None => (tok, title, rec),
+    };
     let _ = write!(
         s,
         "  Window #{n} Window{{1e2d3c4 u0 com.android.systemui.wallpapers.ImageWallpaper}}:\n    mDisplayId=0 rootTaskId=1 mSession=Session{{3a2b1c0 {SYSTEMUI_PID}:{}}} mClient=android.os.BinderProxy@1e2d3c4\n    mOwnerUid={SYSTEMUI_UID} showForAllUsers=false package=com.android.systemui appop=NONE\n    mAttrs={{(0,0)(fillxfill) ty=WALLPAPER fmt=RGBX_8888\n      fl=NOT_FOCUSABLE NOT_TOUCHABLE LAYOUT_IN_SCREEN LAYOUT_NO_LIMITS SCALED}}\n    Requested w={w} h={h} mLayoutSeq=412\n    isOnScreen=false\n    isVisible=false\n\n",
@@ -88,16 +104,35 @@ pub fn activity(ph: &Phone) -> String {
         Some(a) => (a.uid(), a.package.clone(), a.task_id),
         None => (LAUNCHER_UID, LAUNCHER_PKG.to_string(), 2),
     };
+    if let Some(top) = dialog_activity(ph) {
+        // An activity of another package on top of the app's task (the permission
+        // controller's GrantPermissionsActivity, the package installer): it is the resumed one.
+        let tpkg = top.split('/').next().unwrap_or_default().to_string();
+        return format!(
+            "ACTIVITY MANAGER ACTIVITIES (dumpsys activity activities)\nDisplay #0 (activities from top to bottom):\n  * Task{{4d3c2b1 #{task} type=standard A={uid}:{pkg} U=0 visible=true visibleRequested=true mode=fullscreen translucent=false sz=2}}\n    mLastPausedActivity: {rec}\n    * Hist  #1: {top}\n      packageName={tpkg} processName={tpkg}\n      state=RESUMED stopped=false delayedResume=false finishing=false\n    * Hist  #0: {rec}\n      packageName={pkg} processName={pkg}\n      state=PAUSED stopped=false delayedResume=false finishing=false\n\n  Resumed activities in task display areas (from top to bottom):\n    Resumed: {top}\n\n  ResumedActivity: {top}\n  topResumedActivity={top}\n"
+        );
+    }
     format!(
         "ACTIVITY MANAGER ACTIVITIES (dumpsys activity activities)\nDisplay #0 (activities from top to bottom):\n  * Task{{4d3c2b1 #{task} type=standard A={uid}:{pkg} U=0 visible=true visibleRequested=true mode=fullscreen translucent=false sz=1}}\n    mLastPausedActivity: null\n    * Hist  #0: {rec}\n      packageName={pkg} processName={pkg}\n      state=RESUMED stopped=false delayedResume=false finishing=false\n\n  Resumed activities in task display areas (from top to bottom):\n    Resumed: {rec}\n\n  ResumedActivity: {rec}\n  topResumedActivity={rec}\n"
     )
 }
 
+/// The ActivityRecord of a system dialog that is an activity on top of the foreground task.
+fn dialog_activity(ph: &Phone) -> Option<String> {
+    let d = ph.system_dialog.as_ref()?;
+    let comp = d.activity.as_ref()?;
+    let (p, a) = comp.split_once('/')?;
+    let short = a.strip_prefix(p).filter(|r| r.starts_with('.')).map(str::to_string).unwrap_or_else(|| a.to_string());
+    let task = ph.foreground_app().map(|a| a.task_id).unwrap_or(2);
+    Some(format!("ActivityRecord{{{:07x} u0 {p}/{short} t{task}}}", 0x3c00000 + (d.window_id as u64 & 0xfffff)))
+}
+
 fn package_block(s: &mut String, a: &App, sdk_int: u32) {
     let id_key = if sdk_int >= 30 { "appId" } else { "userId" };
+    let code = a.code_path.as_deref().and_then(|p| p.strip_suffix("/base.apk")).map(str::to_string).unwrap_or_else(|| format!("/data/app/~~sim==/{}-1==", a.package));
     let _ = write!(
         s,
-        "  Package [{pkg}] ({h}):\n    {id_key}={uid}\n    pkg=Package{{{h2} {pkg}}}\n    codePath=/data/app/~~sim==/{pkg}-1==\n    resourcePath=/data/app/~~sim==/{pkg}-1==\n    primaryCpuAbi=x86_64\n    versionCode={vc} minSdk=24 targetSdk=34\n    versionName={vn}\n    flags=[ HAS_CODE ALLOW_CLEAR_USER_DATA ALLOW_BACKUP{dbg} ]\n    dataDir=/data/user/0/{pkg}\n    timeStamp=2026-11-30 10:00:00\n    lastUpdateTime=2026-11-30 10:00:00\n",
+        "  Package [{pkg}] ({h}):\n    {id_key}={uid}\n    pkg=Package{{{h2} {pkg}}}\n    codePath={code}\n    resourcePath={code}\n    primaryCpuAbi=x86_64\n    versionCode={vc} minSdk=24 targetSdk=34\n    versionName={vn}\n    flags=[ HAS_CODE ALLOW_CLEAR_USER_DATA ALLOW_BACKUP{dbg} ]\n    dataDir=/data/user/0/{pkg}\n    timeStamp=2026-11-30 10:00:00\n    lastUpdateTime=2026-11-30 10:00:00\n",
         pkg = a.package,
         h = crate::device::random_hex(7),
         h2 = crate::device::random_hex(7),
@@ -122,7 +157,8 @@ fn package_block(s: &mut String, a: &App, sdk_int: u32) {
     );
     s.push_str("      gids=[3003]\n      runtime permissions:\n");
     for (p, g) in &a.permissions {
-        let _ = writeln!(s, "        {p}: granted={g}, flags=[ USER_SENSITIVE_WHEN_GRANTED|USER_SENSITIVE_WHEN_DENIED{}]", if *g { "|USER_SET" } else { "" });
+        let f = a.perm_flags.get(p).cloned().unwrap_or_default();
+        let _ = writeln!(s, "        {p}: granted={g}, flags=[ USER_SENSITIVE_WHEN_GRANTED|USER_SENSITIVE_WHEN_DENIED{}{}]", if *g || f.user_set { "|USER_SET" } else { "" }, if f.user_fixed { "|USER_FIXED" } else { "" });
     }
 }
 

@@ -57,6 +57,15 @@ pub struct Faults {
     pub uia_drop_replies: u32,
     /// UIA: snapshot lifetime in ms instead of 60000 (0 = default).
     pub uia_snapshot_ttl_ms: u64,
+    /// Installer: the next commit fails with `Failure [<code>: simulated by aab-android-sim]` (exit = its public status).
+    pub install_fail_next: Option<String>,
+    /// Installer: the next commit prints exactly this text (a newline added) with exit code
+    /// `install_commit_exit_code` and installs nothing: the outcome stays pending.
+    pub install_commit_text: Option<String>,
+    pub install_commit_exit_code: i32,
+    /// Installer: the next N commits show the installer confirmation dialog; the commit prints
+    /// `Failure [null]` (exit 255) and the install happens only when "Install" is pressed.
+    pub install_pending_user_action: u32,
 }
 
 impl Faults {

@@ -27,8 +27,8 @@ pub struct Phone {
     pub logcat_total: u64,
     /// Installed APKs without a scenario entry: sha256 → package.
     pub extra_installs: Vec<(String, String)>,
-    /// `pm install-create` sessions: id → bytes written so far.
-    pub install_sessions: BTreeMap<u32, Vec<u8>>,
+    /// Package installer sessions since boot (src/installer.rs), by id.
+    pub install_sessions: BTreeMap<u32, crate::installer::Session>,
     pub next_session: u32,
     /// A system dialog shown over the foreground app (the focused window while it shows).
     pub system_dialog: Option<crate::system_dialog::SystemDialog>,
@@ -49,6 +49,23 @@ pub struct App {
     pub capture: Capture,
     pub task_id: u32,
     pub frozen: bool,
+    /// Signing certificate digest(s) of the installed APK (src/installer.rs); none for a scenario app never reinstalled.
+    pub cert: Option<String>,
+    /// `/data/app/~~…==/<pkg>-…==/base.apk` of an APK installed through the package installer.
+    pub code_path: Option<String>,
+    pub apk_sha256: Option<String>,
+    /// Runtime permission flags set by the permission dialog (src/permission_dialog.rs).
+    pub perm_flags: BTreeMap<String, PermFlags>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct PermFlags {
+    /// The user answered a dialog (`USER_SET`).
+    pub user_set: bool,
+    /// "Don't ask again" (`USER_FIXED`): requests show no dialog.
+    pub user_fixed: bool,
+    /// Denials answered in a dialog.
+    pub denials: u32,
 }
 
 #[derive(Clone, Debug)]
@@ -123,6 +140,32 @@ fn fill_value(v: &Value, values: &HashMap<String, String>) -> Value {
 }
 
 impl App {
+    /// A freshly installed app (no process, start screen).
+    pub fn new(spec: AppSpec, app_id: u32) -> App {
+        let mut app = App {
+            package: spec.package.clone(),
+            app_id,
+            installed: true,
+            process: None,
+            screen: 0,
+            values: HashMap::new(),
+            checked: HashMap::new(),
+            focused: None,
+            permissions: spec.permissions.clone(),
+            appops: spec.appops.clone(),
+            capture: Capture::default(),
+            task_id: 0,
+            frozen: false,
+            cert: None,
+            code_path: None,
+            apk_sha256: None,
+            perm_flags: BTreeMap::new(),
+            spec,
+        };
+        app.reset_runtime();
+        app
+    }
+
     pub fn activity_class(&self, name: &str) -> String {
         if let Some(rest) = name.strip_prefix('.') { format!("{}.{rest}", self.package) } else { name.to_string() }
     }
@@ -373,26 +416,7 @@ impl Phone {
             .apps
             .iter()
             .enumerate()
-            .map(|(i, spec)| {
-                let mut app = App {
-                    package: spec.package.clone(),
-                    app_id: spec.app_id.unwrap_or(10100 + i as u32),
-                    installed: true,
-                    process: None,
-                    screen: 0,
-                    values: HashMap::new(),
-                    checked: HashMap::new(),
-                    focused: None,
-                    permissions: spec.permissions.clone(),
-                    appops: spec.appops.clone(),
-                    capture: Capture::default(),
-                    task_id: 0,
-                    frozen: false,
-                    spec: spec.clone(),
-                };
-                app.reset_runtime();
-                app
-            })
+            .map(|(i, spec)| App::new(spec.clone(), spec.app_id.unwrap_or(10100 + i as u32)))
             .collect();
         Phone {
             width: s.device.width,

@@ -78,6 +78,9 @@ pub struct AppSpec {
     pub version_code: Option<u64>,
     /// Linux app id (uid for user 0); default 10100 + index.
     pub app_id: Option<u32>,
+    /// SHA-256 digest of the signing certificate (apksigner's): an update must be signed by it
+    /// (`INSTALL_FAILED_UPDATE_INCOMPATIBLE`). None: the first APK installed over it sets it.
+    pub signing_cert_sha256: Option<String>,
     /// Debuggable apps answer `run-as`; default true.
     pub debuggable: Option<bool>,
     /// Embeds the aab SDK (listens on localabstract:aab-sdk-<runtimeEpoch>).

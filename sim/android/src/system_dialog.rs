@@ -27,6 +27,27 @@ pub struct SystemDialog {
     /// Window id (set when shown).
     #[serde(default)]
     pub window_id: i64,
+    /// `pkg/full.Activity` when the dialog is an activity on top of the foreground app's task
+    /// (the permission controller's GrantPermissionsActivity, the package installer):
+    /// `dumpsys activity activities` and `dumpsys window` then show it as the resumed/focused one.
+    #[serde(default)]
+    pub activity: Option<String>,
+}
+
+/// What a button does besides dismissing the dialog (set by the simulator, not the control op).
+#[derive(Clone, Debug)]
+pub enum DialogAction {
+    /// The package installer's confirmation of session `session`: Install (accept) or Cancel.
+    Install { session: u32, accept: bool },
+    /// A runtime permission dialog's answer.
+    Permission { package: String, permission: String, choice: PermissionChoice },
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum PermissionChoice {
+    Allow,
+    Deny,
+    DenyDontAsk,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -39,6 +60,8 @@ pub struct DialogButton {
     /// Applied when the button is pressed.
     #[serde(default)]
     pub permission: Option<PermissionAnswer>,
+    #[serde(skip)]
+    pub action: Option<DialogAction>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -123,9 +146,31 @@ pub fn answer(dev: &Arc<Device>, ph: &mut Phone, i: usize, via: &str) -> Value {
             ph.apps[ai].permissions.insert(p.permission.clone(), p.granted);
         }
     ph.log(1000, 'I', "WindowManager", &format!("dialog {} dismissed: {}", d.package, b.text));
-    let data = json!({ "package": d.package, "title": d.title, "button": b.text, "resourceId": d.resource_name(&b), "windowId": d.window_id, "permission": b.permission.as_ref().map(|p| json!({ "package": p.package, "permission": p.permission, "granted": p.granted })), "via": via });
+    let result = match &b.action {
+        Some(DialogAction::Install { session, accept }) => Some(crate::installer::answer(dev, ph, *session, *accept)),
+        Some(DialogAction::Permission { package, permission, choice }) => Some(crate::permission_dialog::answer(dev, ph, package, permission, *choice)),
+        None => None,
+    };
+    let mut data = json!({ "package": d.package, "title": d.title, "button": b.text, "resourceId": d.resource_name(&b), "windowId": d.window_id, "permission": b.permission.as_ref().map(|p| json!({ "package": p.package, "permission": p.permission, "granted": p.granted })), "via": via });
+    if let Some(r) = result {
+        data["result"] = r;
+    }
     dev.record("system-dialog-answer", data.clone());
     data
+}
+
+/// Shows a dialog (a new window id); returns the window id.
+pub fn show(ph: &mut Phone, mut d: SystemDialog) -> i64 {
+    d.window_id = next_window_id();
+    let id = d.window_id;
+    ph.system_dialog = Some(d);
+    ph.keyboard = false;
+    id
+}
+
+pub fn next_window_id() -> i64 {
+    static NEXT: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(9000);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// `input tap` while a dialog shows: a button answers it, anything else is swallowed.

@@ -195,8 +195,9 @@ fn pm(ctx: &Ctx, args: &[String]) -> Res {
         }
         "path" => {
             let Some(pkg) = rest.first() else { return Res::fail(1, "Error: no package specified\n") };
-            if dev.phone.lock().unwrap().app_index(pkg).is_some() {
-                Res::ok(format!("package:/data/app/~~sim==/{pkg}-1==/base.apk\n"))
+            let ph = dev.phone.lock().unwrap();
+            if let Some(i) = ph.app_index(pkg) {
+                Res::ok(format!("package:{}\n", ph.apps[i].code_path.clone().unwrap_or_else(|| format!("/data/app/~~sim==/{pkg}-1==/base.apk"))))
             } else {
                 Res::out_fail(1, "")
             }
@@ -226,6 +227,7 @@ fn pm(ctx: &Ctx, args: &[String]) -> Res {
                 let mut ph = dev.phone.lock().unwrap();
                 let app = &mut ph.apps[i];
                 app.permissions = app.spec.permissions.clone();
+                app.perm_flags.clear();
                 app.reset_runtime();
             }
             let _ = std::fs::remove_dir_all(dev.root.join("data/user/0").join(pkg.as_str()));
@@ -236,7 +238,16 @@ fn pm(ctx: &Ctx, args: &[String]) -> Res {
             let Some(pkg) = rest.first() else { return Res::fail(1, "Error: no package specified\n") };
             let Some(i) = dev.phone.lock().unwrap().app_index(pkg) else { return Res::out_fail(1, "Failure [DELETE_FAILED_INTERNAL_ERROR]\n") };
             lifecycle::stop_process(dev, i, "uninstall");
-            dev.phone.lock().unwrap().apps[i].installed = false;
+            {
+                let mut ph = dev.phone.lock().unwrap();
+                let app = &mut ph.apps[i];
+                app.installed = false;
+                app.perm_flags.clear();
+                app.cert = None;
+                if let Some(top) = app.code_path.take().as_deref().map(std::path::Path::new).and_then(|p| p.parent()).and_then(|p| p.parent()) {
+                    let _ = std::fs::remove_dir_all(dev.host_path(&top.to_string_lossy()));
+                }
+            }
             dev.record("uninstall", json!({ "package": pkg }));
             Res::ok("Success\n")
         }
@@ -263,46 +274,17 @@ fn pm(ctx: &Ctx, args: &[String]) -> Res {
                 None => Res::ok("No activity found\n"),
             }
         }
-        "install-create" => {
-            let mut ph = dev.phone.lock().unwrap();
-            ph.next_session += 7;
-            let id = ph.next_session;
-            ph.install_sessions.insert(id, vec![]);
-            Res::ok(format!("Success: created install session [{id}]\n"))
-        }
-        "install-write" => {
-            let (Some(id), Some(path)) = (rest.first().and_then(|s| s.parse::<u32>().ok()), rest.get(2)) else { return Res::fail(1, "Error: usage: pm install-write [-S BYTES] SESSION_ID SPLIT_NAME PATH\n") };
-            if path.as_str() == "-" {
-                return Res::fail(1, "Error: install-write from stdin is not supported by aab-android-sim; write a device path\n");
-            }
-            let bytes = match std::fs::read(dev.host_path(&absolute(&ctx.cwd, path))) {
-                Ok(b) => b,
-                Err(e) => return Res::fail(1, format!("Error: Unable to open file: {path}\nConsider using a file under /data/local/tmp/\n{e}\n")),
-            };
-            let mut ph = dev.phone.lock().unwrap();
-            let Some(sess) = ph.install_sessions.get_mut(&id) else { return Res::fail(255, format!("Exception occurred while executing 'install-write':\njava.lang.SecurityException: Caller has no access to session {id}\n")) };
-            sess.extend_from_slice(&bytes);
-            Res::ok(format!("Success: streamed {} bytes\n", bytes.len()))
-        }
-        "install-commit" | "install-abandon" => {
-            let Some(id) = rest.first().and_then(|s| s.parse::<u32>().ok()) else { return Res::fail(1, "Error: missing session id\n") };
-            let Some(apk) = dev.phone.lock().unwrap().install_sessions.remove(&id) else { return Res::fail(255, format!("Exception occurred while executing '{sub}':\njava.lang.SecurityException: Caller has no access to session {id}\n")) };
-            if sub == "install-abandon" { Res::ok("Success\n") } else { install(ctx, &apk) }
-        }
-        "install" => {
-            let path = rest.first().map(|s| s.as_str()).unwrap_or("");
-            match std::fs::read(ctx.dev.host_path(path)) {
-                Ok(apk) => install(ctx, &apk),
-                Err(_) => Res::out_fail(1, format!("Failure [INSTALL_FAILED_INVALID_URI: Invalid URI {path}]\n")),
-            }
-        }
+        "install-create" => crate::installer::create(dev, &args[1..]),
+        "install-write" => crate::installer::write(ctx, &args[1..]),
+        "install-abandon" => crate::installer::abandon(dev, &args[1..]),
+        // `install-commit` and `install` run the real verification tools: async, in `tools::run`.
         _ => Res::fail(1, format!("Unknown command: {sub}\n")),
     }
 }
 
-/// Installs an APK: a `aab-sim-package:NAME` marker in its bytes names the
-/// package (scenario apps get reinstalled); otherwise a package named after its hash.
-pub fn install(ctx: &Ctx, apk: &[u8]) -> Res {
+/// The simulator's fixture shortcut (no real APK): bytes carrying an
+/// `aab-sim-package:NAME` marker install (or reinstall) that package without verification.
+pub fn install_marked(dev: &std::sync::Arc<crate::device::Device>, apk: &[u8]) -> Res {
     use sha2::Digest;
     if apk.is_empty() {
         return Res::out_fail(1, "Failure [INSTALL_PARSE_FAILED_NOT_APK: Failed to parse /data/app/vmdl.tmp/base.apk]\n");
@@ -311,14 +293,14 @@ pub fn install(ctx: &Ctx, apk: &[u8]) -> Res {
     let text = String::from_utf8_lossy(apk);
     let named = text.find("aab-sim-package:").map(|i| text[i + 16..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '.' || *c == '_').collect::<String>());
     let pkg = named.unwrap_or_else(|| format!("com.sim.installed.a{}", &sha[..8]));
-    let mut ph = ctx.dev.phone.lock().unwrap();
+    let mut ph = dev.phone.lock().unwrap();
     if let Some(a) = ph.apps.iter_mut().find(|a| a.package == pkg) {
         a.installed = true;
     } else if !ph.extra_installs.iter().any(|(_, p)| p == &pkg) {
         ph.extra_installs.push((sha.clone(), pkg.clone()));
     }
     drop(ph);
-    ctx.dev.record("install", json!({ "package": pkg, "sha256": sha, "bytes": apk.len() }));
+    dev.record("install", json!({ "package": pkg, "sha256": sha, "bytes": apk.len() }));
     Res::ok("Success\n")
 }
 

@@ -129,8 +129,33 @@ pub async fn run(ctx: &Ctx, argv: &[String], w: &mut (dyn AsyncWrite + Unpin + S
         "logcat" => logcat::run(ctx, args, w).await,
         "input" => android::input(ctx, args).await,
         "app_process" => crate::uia::app_process(ctx, args),
+        "pm" | "cmd" if pm_async(name, args).is_some() => {
+            let pm = pm_async(name, args).unwrap();
+            match pm[0].as_str() {
+                "install-commit" => crate::installer::commit(ctx, &pm[1..]).await,
+                _ => {
+                    // `pm install [-r] [-d] [-g] PATH`
+                    let path = pm[1..].iter().rfind(|a| !a.starts_with('-')).cloned().unwrap_or_default();
+                    let abs = if path.starts_with('/') { path.clone() } else { format!("{}/{path}", ctx.cwd.trim_end_matches('/')) };
+                    match std::fs::read(ctx.dev.host_path(&abs)) {
+                        Ok(apk) if !path.is_empty() => crate::installer::install_bytes(&ctx.dev, &pm[1..], apk).await,
+                        _ => Res::out_fail(1, format!("Failure [INSTALL_FAILED_INVALID_URI: Invalid URI {path}]\n")),
+                    }
+                }
+            }
+        }
         _ => android::simple(ctx, name, args),
     }
+}
+
+/// The `pm` arguments of `pm install-commit|install …` / `cmd package install-commit|install …`.
+fn pm_async<'a>(name: &str, args: &'a [String]) -> Option<&'a [String]> {
+    let pm = match name {
+        "pm" => args,
+        "cmd" if args.first().map(String::as_str) == Some("package") => &args[1..],
+        _ => return None,
+    };
+    matches!(pm.first().map(String::as_str), Some("install-commit" | "install")).then_some(pm)
 }
 
 /// `abb_exec:SERVICE\0ARGS…` — `package install` reads the APK from the stream.
@@ -151,7 +176,7 @@ pub async fn abb_exec(dev: Arc<Device>, args: Vec<String>, mut io: DuplexStream)
                 let _ = io.read_to_end(&mut apk).await;
             }
         }
-        android::install(&ctx, &apk)
+        crate::installer::install_bytes(&dev, &args[2..], apk).await
     } else {
         let mut argv = vec!["cmd".to_string()];
         argv.extend(args);
@@ -178,4 +203,8 @@ pub fn tap_app_node(ph: &mut crate::phone::Phone, i: usize, node: &crate::phone:
 
 pub fn android_key(dev: &Arc<Device>, code: u32) {
     android::keyevent(dev, code)
+}
+
+pub fn install_marked(dev: &Arc<Device>, apk: &[u8]) -> Res {
+    android::install_marked(dev, apk)
 }

@@ -301,8 +301,7 @@ pub fn control(dev: &Arc<Device>, req: &Value) -> Value {
             }
             match serde_json::from_value::<crate::system_dialog::SystemDialog>(req.clone()) {
                 Ok(mut d) => {
-                    static NEXT: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(9000);
-                    d.window_id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    d.window_id = crate::system_dialog::next_window_id();
                     let v = json!({ "package": d.package, "title": d.title, "windowId": d.window_id });
                     ph.system_dialog = Some(d);
                     ph.keyboard = false;

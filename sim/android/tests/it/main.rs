@@ -9,6 +9,7 @@ mod cli;
 mod control;
 mod h5;
 mod hold;
+mod installer;
 mod native_slot;
 mod effects;
 mod flutter;
