@@ -151,8 +151,19 @@ fn android_webview_capture_needs_exactly_one_page() {
     let sim = simulated_with(&w, scenario);
     let serial = sim.devices[0].serial.clone();
     let (_, signup) = show_web(&w, &sim);
-    let v = webviews(&w, &sim);
-    let news = v["webViews"].as_array().unwrap().iter().find(|x| x["webViewId"] == json!("news-web")).unwrap()["targetId"].as_str().unwrap().to_string();
+    // The dialog's page opens in the background as well: wait for it too.
+    let t0 = Instant::now();
+    let until = Instant::now() + Duration::from_secs(30);
+    let v = loop {
+        let v = webviews(&w, &sim);
+        if v["webViews"].as_array().unwrap().iter().any(|x| x["webViewId"] == json!("news-web") && x["targetId"].is_string()) {
+            break v;
+        }
+        assert!(Instant::now() < until, "the dialog's WebView never opened: {v}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!("news-web opened {:?} after signup-web", t0.elapsed());
+    let news = v["webViews"].as_array().unwrap().iter().find(|x| x["webViewId"] == json!("news-web")).unwrap()["targetId"].as_str().unwrap_or_else(|| panic!("{v}")).to_string();
     let pages = w.ok("webview-pages", json!({"packageName": SAMPLE, "serial": serial}));
     let mut ids: Vec<&str> = pages["pages"].as_array().unwrap().iter().map(|p| p["targetId"].as_str().unwrap()).collect();
     ids.sort();
