@@ -208,9 +208,10 @@ impl TestEnv {
             p
         };
         let history = Arc::new(Mutex::new(Vec::new()));
+        let home = sub("home");
         let env = TestEnv {
-            _watchdog: watchdog::enter(history.clone()),
-            home: sub("home"),
+            _watchdog: watchdog::enter(history.clone(), format!("{ENV_RUNTIME_HOME}={}", home.display())),
+            home,
             facts: sub("facts"),
             plugins: sub("plugins"),
             ownership: sub("ownership"),

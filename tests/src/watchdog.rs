@@ -22,6 +22,8 @@ struct Entry {
     test: String,
     started: Instant,
     history: Arc<Mutex<Vec<String>>>,
+    /// `AI_APP_BRIDGE_RUNTIME_HOME=<dir>`: what the test's processes carry in their environment.
+    env_marker: String,
     warned: bool,
 }
 
@@ -39,13 +41,13 @@ impl Drop for Guard {
 }
 
 /// Register the current test (libtest names its thread after the test).
-pub fn enter(history: Arc<Mutex<Vec<String>>>) -> Guard {
+pub fn enter(history: Arc<Mutex<Vec<String>>>, env_marker: String) -> Guard {
     START.call_once(|| {
         let _ = std::thread::Builder::new().name("aab-e2e-watchdog".into()).spawn(watch);
     });
     let id = NEXT.fetch_add(1, Ordering::Relaxed);
     let test = std::thread::current().name().unwrap_or("<unnamed thread>").to_string();
-    ACTIVE.lock().unwrap_or_else(|p| p.into_inner()).insert(id, Entry { test, started: Instant::now(), history, warned: false });
+    ACTIVE.lock().unwrap_or_else(|p| p.into_inner()).insert(id, Entry { test, started: Instant::now(), history, env_marker, warned: false });
     Guard(id)
 }
 
@@ -94,7 +96,30 @@ fn watch() {
             let ps = std::process::Command::new("ps").args(["-eo", "pid,ppid,stat,etime,args"]).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
             let others: Vec<String> = ACTIVE.lock().unwrap_or_else(|p| p.into_inner()).values().map(describe).collect();
             say(&format!("aab-e2e watchdog: a test outlived the hang limit {limit:?}: {what}\nall running tests:\n  {}\nprocesses:\n{ps}\naborting the e2e binary so the run ends.", others.join("\n  ")));
+            // No destructor runs after abort: end the tests' processes (runtimes, the adb
+            // servers they started) here, so the aborted run leaves nothing behind.
+            let markers: Vec<String> = ACTIVE.lock().unwrap_or_else(|p| p.into_inner()).values().map(|e| e.env_marker.clone()).collect();
+            kill_marked(&markers);
             std::process::abort();
+        }
+    }
+}
+
+/// SIGKILL every other process whose environment carries one of `markers`.
+fn kill_marked(markers: &[String]) {
+    let me = std::process::id() as i32;
+    let Ok(entries) = std::fs::read_dir("/proc") else { return };
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        if pid == me {
+            continue;
+        }
+        let Ok(environ) = std::fs::read(e.path().join("environ")) else { continue };
+        if environ.split(|b| *b == 0).any(|var| markers.iter().any(|m| var == m.as_bytes())) {
+            // SAFETY: a plain syscall on a process of an aborting test.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
         }
     }
 }
