@@ -6,7 +6,9 @@
 //!   - `h5-dom` (adb forward → SDK → the shared renderer in the page) vs `web-dom`
 //!     (the page's own SDK over the Web provider's WebSocket), 1000 controls;
 //!   - `h5-click` (foreground proof, fresh snapshot, prepare → native hit check →
-//!     action, receipt) vs `web-click` on "Button 0".
+//!     action, receipt) vs `web-click` on "Button 0";
+//!   - `flutter-h5-dom` / `flutter-h5-click` on the same page hosted by a Flutter
+//!     screen's H5 adapter (the Flutter action route instead of `/v1/h5/*`).
 //!
 //! Each click is verified after the clock stopped against the real page (the
 //! button writes `clicked b0` into `#last`, reset before every call): through the
@@ -21,6 +23,8 @@ use serde_json::{Value, json};
 use super::{Mcp, PKG, World, stats};
 
 const WEB_VIEW: &str = "bench-web";
+/// The same page in a WebView the bench app's Flutter screen hosts (adapter `flutter`).
+const FLUTTER_WEB_VIEW: &str = "bench-flutter-web";
 const SDK: &str = include_str!("../../plugins/web/sdk/ai-app-bridge-web.js");
 
 /// One aab command through the MCP `run` tool; the execution must have succeeded.
@@ -161,5 +165,32 @@ pub fn run_h5(w: &World, calls: usize, rows: &mut Vec<Value>, aab: &mut Mcp) -> 
         }
     }
     stats(rows, "aab web-click, same page and button via MCP", out, None);
+
+    // ---- the same page in a WebView a Flutter screen hosts (Flutter H5 adapter)
+    w.control(json!({"op": "screen", "package": PKG, "screen": "flutter-web"}))?;
+    let in_flutter_view = |expression: &str| -> Result<Value, String> {
+        Ok(w.control(json!({"op": "webview-eval", "package": PKG, "webViewId": FLUTTER_WEB_VIEW, "expression": expression}))?["value"].clone())
+    };
+    let until = Instant::now() + Duration::from_secs(30);
+    while in_flutter_view("document.readyState").ok() != Some(json!("complete")) {
+        if Instant::now() > until {
+            return Err("the Flutter-hosted WebView's page never loaded".into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let samples = timed(calls, || run(aab, "flutter-h5-dom", app.clone()).map(drop), || Ok(()))?;
+    stats(rows, &format!("aab flutter-h5-dom, same page ({controls} controls, Flutter action route) via MCP"), samples, None);
+    let mut fl_samples = Vec::with_capacity(calls);
+    for _ in 0..calls {
+        in_flutter_view("last.textContent = ''")?;
+        let t = Instant::now();
+        run(aab, "flutter-h5-click", click.clone())?;
+        fl_samples.push(t.elapsed());
+        let seen = in_flutter_view("last.textContent")?;
+        if seen != json!("clicked b0") {
+            return Err(format!("flutter-h5-click: the page shows {seen}, not the click"));
+        }
+    }
+    stats(rows, "aab flutter-h5-click (foreground, Flutter snapshot, h5Dom bind, managed h5Control) via MCP", fl_samples, None);
     Ok(())
 }
