@@ -45,6 +45,12 @@ pub struct Boot {
     pub at: Instant,
 }
 
+/// Lower-case hex SHA-256 of `b` (jar hashes, APK hashes, request/receipt digests).
+pub fn sha256_hex(b: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(b).iter().map(|x| format!("{x:02x}")).collect()
+}
+
 pub fn random_hex(n: usize) -> String {
     let mut b = vec![0u8; n.div_ceil(2)];
     getrandom::fill(&mut b).expect("getrandom");

@@ -74,10 +74,7 @@ pub const DANGEROUS: &[&str] = &[
 pub const INSTALLER_PKG: &str = "com.google.android.packageinstaller";
 pub const INSTALLER_ACTIVITY: &str = "com.android.packageinstaller.PackageInstallerActivity";
 
-fn sha256_hex(b: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(b).iter().map(|x| format!("{x:02x}")).collect()
-}
+use crate::device::sha256_hex;
 
 /// PackageInstaller's public status for a legacy install code: the exit code of `pm install-commit`.
 pub fn status_of(code: &str) -> i32 {

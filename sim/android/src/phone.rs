@@ -289,27 +289,10 @@ impl App {
         for i in 0..spec.repeat {
             let top = bounds[1] + (i as i32 % 40) * 50;
             children.push(Node {
-                class: "android.widget.TextView".into(),
                 id: Some(format!("row_{i}")),
                 resource_name: Some(format!("{}:id/row_{i}", self.package)),
                 text: Some(format!("Row {i}")),
-                desc: None,
-                bounds: [bounds[0], top, bounds[2], top + 50],
-                clickable: false,
-                long_clickable: false,
-                enabled: true,
-                focusable: false,
-                focused: false,
-                editable: false,
-                password: false,
-                checkable: false,
-                checked: false,
-                selected: false,
-                scrollable: false,
-                visible: true,
-                color: None,
-                children: vec![],
-                on_tap: None,
+                ..Node::plain("android.widget.TextView", [bounds[0], top, bounds[2], top + 50])
             });
         }
         let focused = id.is_some() && self.focused == id;
@@ -376,6 +359,33 @@ impl App {
 }
 
 impl Node {
+    /// A visible, enabled node of `class` with nothing else set (rows, dialog parts).
+    pub fn plain(class: &str, bounds: [i32; 4]) -> Node {
+        Node {
+            class: class.into(),
+            id: None,
+            resource_name: None,
+            text: None,
+            desc: None,
+            bounds,
+            clickable: false,
+            long_clickable: false,
+            enabled: true,
+            focusable: false,
+            focused: false,
+            editable: false,
+            password: false,
+            checkable: false,
+            checked: false,
+            selected: false,
+            scrollable: false,
+            visible: true,
+            color: None,
+            children: vec![],
+            on_tap: None,
+        }
+    }
+
     pub fn contains(&self, x: i32, y: i32) -> bool {
         x >= self.bounds[0] && x < self.bounds[2] && y >= self.bounds[1] && y < self.bounds[3]
     }

@@ -71,32 +71,6 @@ pub struct PermissionAnswer {
     pub granted: bool,
 }
 
-fn plain(class: &str, bounds: [i32; 4]) -> Node {
-    Node {
-        class: class.into(),
-        id: None,
-        resource_name: None,
-        text: None,
-        desc: None,
-        bounds,
-        clickable: false,
-        long_clickable: false,
-        enabled: true,
-        focusable: false,
-        focused: false,
-        editable: false,
-        password: false,
-        checkable: false,
-        checked: false,
-        selected: false,
-        scrollable: false,
-        visible: true,
-        color: None,
-        children: vec![],
-        on_tap: None,
-    }
-}
-
 impl SystemDialog {
     pub fn resource_name(&self, b: &DialogButton) -> Option<String> {
         b.resource_id.as_ref().map(|r| if r.contains(":id/") { r.clone() } else { format!("{}:id/{r}", self.package) })
@@ -109,20 +83,20 @@ impl SystemDialog {
         let top = h * 3 / 10;
         let bottom = top + 260 + n * 150;
         let (l, r) = (w / 12, w - w / 12);
-        let mut root = plain("android.widget.FrameLayout", [l, top, r, bottom]);
-        let mut title = plain("android.widget.TextView", [l + 40, top + 40, r - 40, top + 140]);
+        let mut root = Node::plain("android.widget.FrameLayout", [l, top, r, bottom]);
+        let mut title = Node::plain("android.widget.TextView", [l + 40, top + 40, r - 40, top + 140]);
         title.text = Some(self.title.clone());
         title.resource_name = Some(format!("{}:id/alertTitle", self.package));
         root.children.push(title);
         if let Some(m) = &self.message {
-            let mut msg = plain("android.widget.TextView", [l + 40, top + 150, r - 40, top + 240]);
+            let mut msg = Node::plain("android.widget.TextView", [l + 40, top + 150, r - 40, top + 240]);
             msg.text = Some(m.clone());
             msg.resource_name = Some(format!("{}:id/message", self.package));
             root.children.push(msg);
         }
         for (i, b) in self.buttons.iter().enumerate() {
             let bt = top + 260 + i as i32 * 150;
-            let mut node = plain("android.widget.Button", [l + 40, bt, r - 40, bt + 130]);
+            let mut node = Node::plain("android.widget.Button", [l + 40, bt, r - 40, bt + 130]);
             node.text = Some(b.text.clone());
             node.id = Some(format!("button{i}"));
             node.resource_name = self.resource_name(b);

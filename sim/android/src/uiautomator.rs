@@ -5,7 +5,8 @@ use std::fmt::Write;
 
 use crate::phone::{Node, Phone};
 
-fn esc(s: &str) -> String {
+/// XML attribute escaping (shared with the UIA runtime's snapshot XML).
+pub(crate) fn esc(s: &str) -> String {
     let mut o = String::with_capacity(s.len());
     for c in s.chars() {
         match c {

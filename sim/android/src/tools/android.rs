@@ -285,11 +285,10 @@ fn pm(ctx: &Ctx, args: &[String]) -> Res {
 /// The simulator's fixture shortcut (no real APK): bytes carrying an
 /// `aab-sim-package:NAME` marker install (or reinstall) that package without verification.
 pub fn install_marked(dev: &std::sync::Arc<crate::device::Device>, apk: &[u8]) -> Res {
-    use sha2::Digest;
     if apk.is_empty() {
         return Res::out_fail(1, "Failure [INSTALL_PARSE_FAILED_NOT_APK: Failed to parse /data/app/vmdl.tmp/base.apk]\n");
     }
-    let sha: String = sha2::Sha256::digest(apk).iter().map(|b| format!("{b:02x}")).collect();
+    let sha = crate::device::sha256_hex(apk);
     let text = String::from_utf8_lossy(apk);
     let named = text.find("aab-sim-package:").map(|i| text[i + 16..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '.' || *c == '_').collect::<String>());
     let pkg = named.unwrap_or_else(|| format!("com.sim.installed.a{}", &sha[..8]));

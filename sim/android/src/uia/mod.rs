@@ -12,7 +12,6 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use crate::device::{Device, random_hex, uuid4};
 use crate::tools::{Ctx, Res};
@@ -20,9 +19,7 @@ use crate::tools::{Ctx, Res};
 pub const MAIN_CLASS: &str = "io.github.mobileaidev.aiappbridge.uia.UiaRuntime";
 pub const CAPACITY: usize = 256;
 
-pub fn sha256_hex(b: &[u8]) -> String {
-    Sha256::digest(b).iter().map(|x| format!("{x:02x}")).collect()
-}
+pub use crate::device::sha256_hex;
 
 /// Runtimes of one device: the running one per root (the owner lock) and every epoch started since boot.
 #[derive(Default)]

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use super::{CAPACITY, Runtime, sha256_hex};
 use crate::device::{Device, uuid4};
 use crate::phone::{Node, Phone};
+use crate::uiautomator::esc;
 
 const SCHEMA: &str = "aab.uia.execution.v1";
 const MAX_SNAPSHOTS: usize = 8;
@@ -91,21 +92,6 @@ fn focused_window(ph: &Phone) -> Win {
     Win { id: 2, kind: "application", title: format!("{}/{}", crate::dumpsys::LAUNCHER_PKG, crate::dumpsys::LAUNCHER_ACT), package: crate::dumpsys::LAUNCHER_PKG.into(), root: launcher_tree(ph), owner: Owner::Launcher }
 }
 
-fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&apos;"),
-            '\n' => o.push_str("&#10;"),
-            c => o.push(c),
-        }
-    }
-    o
-}
 
 fn bounds_text(b: [i32; 4]) -> String {
     format!("[{},{}][{},{}]", b[0], b[1], b[2], b[3])
