@@ -8,6 +8,7 @@ use aab_e2e::error_facts;
 use serde_json::{Value, json};
 
 use crate::android::{SAMPLE, World, control, simulated};
+use crate::android_h5::{args, by_dom_id, observed, phase};
 
 type Sim = aab_android_sim::Simulator;
 const ADAPTER: &str = "shop-help";
@@ -18,26 +19,6 @@ fn page(w: &World, sim: &Sim, expression: &str) -> Value {
 
 fn effects(w: &World, sim: &Sim) -> Vec<Value> {
     control(w, sim, json!({"op": "truth", "kind": "flutter-h5"}))["items"].as_array().cloned().unwrap_or_default()
-}
-
-fn phase(w: &World, serial: &str) -> Value {
-    let run = w.env.aab(&["device-ownership", "--operation", "status", "--serial", serial]);
-    w.env.expect_ok(&run, "device-ownership status")["value"]["phase"].clone()
-}
-
-fn args(serial: &str, extra: Value) -> Value {
-    let mut a = json!({"packageName": SAMPLE, "serial": serial});
-    a.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-    a
-}
-
-fn by_dom_id<'a>(snap: &'a Value, id: &str) -> &'a Value {
-    snap["dom"]["controls"].as_array().unwrap().iter().find(|c| c["id"] == json!(id)).unwrap_or_else(|| panic!("no control #{id} in {snap}"))
-}
-
-fn observed(snap: &Value, control: &Value) -> Value {
-    let element: serde_json::Map<String, Value> = ["elementId", "tag", "id", "name", "type", "text", "ariaLabel", "href"].iter().map(|k| (k.to_string(), control[*k].clone())).collect();
-    json!({"pageRef": snap["pageRef"], "element": element})
 }
 
 /// The simulator with the sample app on the shop's Help route (the adapter visible).

@@ -46,24 +46,24 @@ fn h5_effects(w: &World, sim: &aab_android_sim::Simulator) -> Vec<Value> {
     control(w, sim, json!({"op": "actions"}))["actions"].as_array().unwrap().iter().filter(|a| a["kind"] == json!("h5")).cloned().collect()
 }
 
-fn phase(w: &World, serial: &str) -> Value {
+pub(crate) fn phase(w: &World, serial: &str) -> Value {
     let run = w.env.aab(&["device-ownership", "--operation", "status", "--serial", serial]);
     w.env.expect_ok(&run, "device-ownership status")["value"]["phase"].clone()
 }
 
-fn args(serial: &str, extra: Value) -> Value {
+pub(crate) fn args(serial: &str, extra: Value) -> Value {
     let mut a = json!({"packageName": SAMPLE, "serial": serial});
     a.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
     a
 }
 
 /// The control of a snapshot with this DOM `id`.
-fn by_dom_id<'a>(snap: &'a Value, id: &str) -> &'a Value {
+pub(crate) fn by_dom_id<'a>(snap: &'a Value, id: &str) -> &'a Value {
     snap["dom"]["controls"].as_array().unwrap().iter().find(|c| c["id"] == json!(id)).unwrap_or_else(|| panic!("no control #{id} in {snap}"))
 }
 
 /// `{pageRef, element}` of an observed control.
-fn observed(snap: &Value, control: &Value) -> Value {
+pub(crate) fn observed(snap: &Value, control: &Value) -> Value {
     let element: serde_json::Map<String, Value> = ["elementId", "tag", "id", "name", "type", "text", "ariaLabel", "href"].iter().map(|k| (k.to_string(), control[*k].clone())).collect();
     json!({"pageRef": snap["pageRef"], "element": element})
 }

@@ -10,6 +10,7 @@ use aab_e2e::error_facts;
 use serde_json::{Value, json};
 
 use crate::android::{SAMPLE, World, app_state, control, simulated};
+use crate::android_h5::phase;
 
 type Sim = aab_android_sim::Simulator;
 const ROOT: &str = "/data/local/tmp/ai-app-bridge-uia-test-e2e";
@@ -39,11 +40,6 @@ fn bundle(w: &World, name: &str, lie: bool) -> (String, String) {
 
 fn truth(w: &World, sim: &Sim, kind: &str) -> Vec<Value> {
     control(w, sim, json!({"op": "truth", "kind": kind}))["items"].as_array().cloned().unwrap_or_default()
-}
-
-fn phase(w: &World, serial: &str) -> Value {
-    let run = w.env.aab(&["device-ownership", "--operation", "status", "--serial", serial]);
-    w.env.expect_ok(&run, "device-ownership status")["value"]["phase"].clone()
 }
 
 fn camera_dialog(w: &World, sim: &Sim) {

@@ -19,8 +19,8 @@ use serde_json::{Map, Value, json};
 
 use crate::adb::Deadline;
 use crate::flutter::{EXECUTION_SCHEMA, FLUTTER_UNAVAILABLE};
-use crate::h5::{Aim, ELEMENT_KEYS, bind_in, element, summary};
-use crate::native_exec::{App, Session};
+use crate::h5::{Aim, SnapshotShape, bind_in, check_snapshot_as, element, expected_target_with, summary};
+use crate::native_exec::App;
 use crate::sdk::http;
 
 pub const TARGET_SCHEMA: &str = "aab.flutter-h5-target/v1";
@@ -55,16 +55,7 @@ pub fn page_ref_schema() -> Value {
 
 /// `expectedTarget`: the page and control an earlier `flutter-h5-dom` showed.
 pub fn expected_target_schema() -> Value {
-    let field = json!({"type": ["string", "null"], "maxLength": 65536});
-    let props: Map<String, Value> = ELEMENT_KEYS.iter().map(|k| (k.to_string(), field.clone())).collect();
-    json!({
-        "type": "object", "additionalProperties": false, "required": ["pageRef", "element"],
-        "description": "The observed binding: pageRef and the control's identity fields from an earlier flutter-h5-dom; refused (reobserve_required / flutter_h5_target_changed) unless the fresh snapshot still shows them",
-        "properties": {
-            "pageRef": page_ref_schema(),
-            "element": {"type": "object", "additionalProperties": false, "required": ELEMENT_KEYS, "properties": props}
-        }
-    })
+    expected_target_with(page_ref_schema(), "The observed binding: pageRef and the control's identity fields from an earlier flutter-h5-dom; refused (reobserve_required / flutter_h5_target_changed) unless the fresh snapshot still shows them")
 }
 
 // ---- reads ------------------------------------------------------------------
@@ -111,37 +102,20 @@ pub async fn snapshot(port: u16, epoch: &str, adapter_id: Option<&str>, deadline
     Ok(body)
 }
 
-/// An `ok:false` read keeps the Dart side's code (adapter not found / ambiguous
-/// with the candidate `adapters`, runtime changed…), never dispatched.
-fn refusal(body: &Value) -> Result<(), ProviderError> {
-    if body.get("ok") == Some(&Value::Bool(true)) {
-        return Ok(());
-    }
-    let code = body.get("error").and_then(Value::as_str).unwrap_or(http::BRIDGE_PROTOCOL_ERROR).to_string();
-    let message = body.get("message").and_then(Value::as_str).unwrap_or("the Flutter runtime did not answer the H5 read").to_string();
-    let mut e = ProviderError::new(code.clone(), message).with_details(json!({"adapters": body.get("adapters"), "device": body})).not_dispatched();
-    if code.starts_with("flutter_h5_adapter_") {
-        e = e.with_field("adapterId");
-    }
-    Err(e)
-}
+const SHAPE: SnapshotShape = SnapshotShape {
+    schema: TARGET_SCHEMA,
+    page_keys: &PAGE_REF_KEYS,
+    prefix: PREFIX,
+    invalid: INVALID_SNAPSHOT,
+    view_codes: "flutter_h5_adapter_",
+    id_field: "adapterId",
+    candidates: "adapters",
+};
 
+/// An `ok:false` read keeps the Dart side's code (adapter not found / ambiguous /
+/// not visible with the registered `adapters`, runtime changed…), never dispatched.
 pub fn check_snapshot(body: &Value) -> Result<(), ProviderError> {
-    refusal(body)?;
-    let bad = |why: &str| Err(ProviderError::new(INVALID_SNAPSHOT, format!("the Flutter H5 snapshot is malformed: {why}")).with_details(json!({"device": body})).not_dispatched());
-    if body.get("h5TargetSchema").and_then(Value::as_str) != Some(TARGET_SCHEMA) {
-        return Err(ProviderError::new(format!("{PREFIX}target_schema_unsupported"), format!("the snapshot's h5TargetSchema is {}, not {TARGET_SCHEMA}", body.get("h5TargetSchema").unwrap_or(&Value::Null))).not_dispatched());
-    }
-    let Some(page) = body.get("pageRef").and_then(Value::as_object) else { return bad("no pageRef") };
-    if page.len() != PAGE_REF_KEYS.len() || !PAGE_REF_KEYS.iter().all(|k| page.contains_key(*k)) || page.get("schemaVersion") != Some(&json!(TARGET_SCHEMA)) {
-        return bad("pageRef must have exactly schemaVersion, runtimeEpoch, adapterId, adapterGeneration, documentId, url");
-    }
-    let Some(controls) = body.pointer("/dom/controls").and_then(Value::as_array) else { return bad("no dom.controls") };
-    let mut ids = std::collections::HashSet::new();
-    if !controls.iter().all(|c| c.get("elementId").and_then(Value::as_str).is_some_and(|id| ids.insert(id))) {
-        return bad("every control needs a unique elementId");
-    }
-    Ok(())
+    check_snapshot_as(body, &SHAPE)
 }
 
 // ---- mutations --------------------------------------------------------------
@@ -164,7 +138,7 @@ pub async fn act(ctx: &Context<'_>, inv: &Invocation, command: &str, app: &App, 
             payload.insert("expectedPage".into(), bound.page.clone());
         }
     }
-    let mut out = execute(ctx, inv, command, &session, payload).await?;
+    let mut out = crate::flutter::act(ctx, inv, command, &session, payload).await?;
     out["pageRef"] = bound.page;
     out["adapter"] = bound.snapshot["adapter"].clone();
     if let Some(c) = &bound.control {
@@ -174,9 +148,6 @@ pub async fn act(ctx: &Context<'_>, inv: &Invocation, command: &str, app: &App, 
     Ok(out)
 }
 
-async fn execute(ctx: &Context<'_>, inv: &Invocation, command: &str, session: &Session, payload: Map<String, Value>) -> Result<Value, ProviderError> {
-    crate::flutter::act(ctx, inv, command, session, payload).await
-}
 
 #[cfg(test)]
 mod tests {

@@ -80,13 +80,18 @@ pub fn page_ref_schema() -> Value {
 
 /// `expectedTarget`: the page and control an earlier `h5-dom` showed.
 pub fn expected_target_schema() -> Value {
+    expected_target_with(page_ref_schema(), "The observed binding: pageRef and the control's identity fields (elementId, tag, id, name, type, text, ariaLabel, href) from an earlier h5-dom; the action is refused (reobserve_required / android_h5_target_changed) unless the fresh snapshot still shows them")
+}
+
+/// `{pageRef, element}` with this `pageRef` schema (Flutter H5 has its own).
+pub fn expected_target_with(page_ref: Value, description: &str) -> Value {
     let field = json!({"type": ["string", "null"], "maxLength": 65536});
     let props: Map<String, Value> = ELEMENT_KEYS.iter().map(|k| (k.to_string(), field.clone())).collect();
     json!({
         "type": "object", "additionalProperties": false, "required": ["pageRef", "element"],
-        "description": "The observed binding: pageRef and the control's identity fields (elementId, tag, id, name, type, text, ariaLabel, href) from an earlier h5-dom; the action is refused (reobserve_required / android_h5_target_changed) unless the fresh snapshot still shows them",
+        "description": description,
         "properties": {
-            "pageRef": page_ref_schema(),
+            "pageRef": page_ref,
             "element": {"type": "object", "additionalProperties": false, "required": ELEMENT_KEYS, "properties": props}
         }
     })
@@ -132,28 +137,62 @@ pub async fn snapshot(port: u16, web_view_id: Option<&str>, deadline: Deadline) 
 /// an `ok:true` answer must carry the target schema, a 9-field `pageRef` and the
 /// renderer's `dom.controls`.
 pub fn check_snapshot(body: &Value) -> Result<(), ProviderError> {
+    check_snapshot_as(body, &ANDROID_SNAPSHOT)
+}
+
+/// What a snapshot of one H5 dialect must look like (Android H5 here, Flutter H5 in
+/// [`crate::flutter_h5`]): its target schema, `pageRef` keys, error prefix, the
+/// malformed-snapshot code, and how a refusal names the view and its candidates.
+pub struct SnapshotShape {
+    pub schema: &'static str,
+    pub page_keys: &'static [&'static str],
+    pub prefix: &'static str,
+    pub invalid: &'static str,
+    /// Refusal codes starting with this name the view argument (`id_field`).
+    pub view_codes: &'static str,
+    pub id_field: &'static str,
+    /// The member of a refusal listing the candidate views.
+    pub candidates: &'static str,
+}
+
+const ANDROID_SNAPSHOT: SnapshotShape = SnapshotShape {
+    schema: TARGET_SCHEMA,
+    page_keys: &PAGE_REF_KEYS,
+    prefix: PREFIX,
+    invalid: INVALID_H5_SNAPSHOT,
+    view_codes: "android_h5_webview_",
+    id_field: "webViewId",
+    candidates: "webViews",
+};
+
+/// An `ok:false` answer keeps the device's code (with the candidates); an
+/// `ok:true` one must carry the target schema, exactly the `pageRef` keys and
+/// the renderer's `dom.controls` with unique `elementId`s.
+pub fn check_snapshot_as(body: &Value, shape: &SnapshotShape) -> Result<(), ProviderError> {
     if body.get("ok") != Some(&Value::Bool(true)) {
         let code = body.get("error").and_then(Value::as_str).unwrap_or(http::BRIDGE_PROTOCOL_ERROR).to_string();
-        let message = body.get("message").and_then(Value::as_str).unwrap_or("the SDK did not return an H5 snapshot").to_string();
-        let mut e = ProviderError::new(code.clone(), message).with_details(json!({"webViews": body.get("webViews"), "device": body})).not_dispatched();
-        if code.ends_with("_webview_ambiguous") || code.ends_with("_webview_not_found") {
-            e = e.with_field("webViewId");
+        let message = body.get("message").and_then(Value::as_str).unwrap_or("the device did not return an H5 snapshot").to_string();
+        let mut details = json!({"device": body});
+        details[shape.candidates] = body.get(shape.candidates).cloned().unwrap_or(Value::Null);
+        let mut e = ProviderError::new(code.clone(), message).with_details(details).not_dispatched();
+        if code.starts_with(shape.view_codes) {
+            e = e.with_field(shape.id_field);
         }
         return Err(e);
     }
-    let bad = |why: &str| Err(ProviderError::new(INVALID_H5_SNAPSHOT, format!("the SDK's H5 snapshot is malformed: {why}")).with_details(json!({"device": body})).not_dispatched());
-    if body.get("h5TargetSchema").and_then(Value::as_str) != Some(TARGET_SCHEMA) {
-        return Err(ProviderError::new(format!("{PREFIX}target_schema_unsupported"), format!("the snapshot's h5TargetSchema is {}, not {TARGET_SCHEMA}", body.get("h5TargetSchema").unwrap_or(&Value::Null)))
+    let bad = |why: String| Err(ProviderError::new(shape.invalid, format!("the H5 snapshot is malformed: {why}")).with_details(json!({"device": body})).not_dispatched());
+    if body.get("h5TargetSchema").and_then(Value::as_str) != Some(shape.schema) {
+        return Err(ProviderError::new(format!("{}target_schema_unsupported", shape.prefix), format!("the snapshot's h5TargetSchema is {}, not {}", body.get("h5TargetSchema").unwrap_or(&Value::Null), shape.schema))
             .not_dispatched());
     }
-    let Some(page) = body.get("pageRef").and_then(Value::as_object) else { return bad("no pageRef") };
-    if page.len() != PAGE_REF_KEYS.len() || !PAGE_REF_KEYS.iter().all(|k| page.contains_key(*k)) || page.get("schemaVersion") != Some(&json!(TARGET_SCHEMA)) {
-        return bad("pageRef must have exactly schemaVersion, runtimeEpoch, packageName, processId, activity, windowId, webViewId, documentId, url");
+    let Some(page) = body.get("pageRef").and_then(Value::as_object) else { return bad("no pageRef".into()) };
+    if page.len() != shape.page_keys.len() || !shape.page_keys.iter().all(|k| page.contains_key(*k)) || page.get("schemaVersion") != Some(&json!(shape.schema)) {
+        return bad(format!("pageRef must have exactly {}", shape.page_keys.join(", ")));
     }
-    let Some(controls) = body.pointer("/dom/controls").and_then(Value::as_array) else { return bad("no dom.controls") };
+    let Some(controls) = body.pointer("/dom/controls").and_then(Value::as_array) else { return bad("no dom.controls".into()) };
     let mut ids = std::collections::HashSet::new();
     if !controls.iter().all(|c| c.get("elementId").and_then(Value::as_str).is_some_and(|id| ids.insert(id))) {
-        return bad("every control needs a unique elementId");
+        return bad("every control needs a unique elementId".into());
     }
     Ok(())
 }

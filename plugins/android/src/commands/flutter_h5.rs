@@ -10,11 +10,10 @@
 use aab_plugin_api::{Command, CommandSpec, Context, Invocation, ProviderError, Reply};
 use serde_json::{Map, Value, json};
 
-use super::h5::{Dialect, H5Args, missing};
+use super::h5::{Dialect, H5Args};
 use super::{AppArgs, Budget, cancellable, sdk_route};
 use crate::AndroidProvider;
 use crate::flutter_h5::{PREFIX, act, adapter_id_schema, dart_epoch, expected_target_schema, page_ref_schema, snapshot};
-use crate::h5::Aim;
 
 pub const WAIT_TIMEOUT: &str = "flutter_h5_wait_timeout";
 
@@ -29,12 +28,18 @@ const FLUTTER: Dialect = Dialect {
     page: "Flutter-hosted WebView",
     through: "as a managed Flutter action (h5Control)",
     view_member: "adapter",
+    payload,
 };
 
-fn control(operation: &str) -> Map<String, Value> {
+/// `h5Eval`, or `h5Control` with the verb as its operation.
+fn payload(verb: &str) -> Map<String, Value> {
     let mut m = Map::new();
-    m.insert("action".into(), json!("h5Control"));
-    m.insert("operation".into(), json!(operation));
+    if verb == "eval" {
+        m.insert("action".into(), json!("h5Eval"));
+    } else {
+        m.insert("action".into(), json!("h5Control"));
+        m.insert("operation".into(), json!(verb));
+    }
     m
 }
 
@@ -74,9 +79,8 @@ impl Command for FlutterH5Click {
         FLUTTER.click_spec()
     }
     async fn run(_: &AndroidProvider, ctx: &Context<'_>, inv: &Invocation, args: H5Args) -> Result<Reply, ProviderError> {
-        let selector = args.selector.as_ref().ok_or_else(|| missing("selector"))?;
-        let aim = Aim::Element { selector, expected: args.expected_target.as_ref(), editable: false };
-        cancellable(ctx, act(ctx, inv, "flutter-h5-click", &args.app(), args.adapter_id.as_deref(), aim, control("click"))).await.map(Reply::Json)
+        let (id, aim, p) = FLUTTER.request("click", &args)?;
+        cancellable(ctx, act(ctx, inv, "flutter-h5-click", &args.app(), id, aim, p)).await.map(Reply::Json)
     }
 }
 
@@ -88,12 +92,8 @@ impl Command for FlutterH5Input {
         FLUTTER.input_spec()
     }
     async fn run(_: &AndroidProvider, ctx: &Context<'_>, inv: &Invocation, args: H5Args) -> Result<Reply, ProviderError> {
-        let selector = args.selector.as_ref().ok_or_else(|| missing("selector"))?;
-        let text = args.text.as_ref().ok_or_else(|| missing("text"))?;
-        let mut p = control("input");
-        p.insert("text".into(), json!(text));
-        let aim = Aim::Element { selector, expected: args.expected_target.as_ref(), editable: true };
-        cancellable(ctx, act(ctx, inv, "flutter-h5-input", &args.app(), args.adapter_id.as_deref(), aim, p)).await.map(Reply::Json)
+        let (id, aim, p) = FLUTTER.request("input", &args)?;
+        cancellable(ctx, act(ctx, inv, "flutter-h5-input", &args.app(), id, aim, p)).await.map(Reply::Json)
     }
 }
 
@@ -105,17 +105,8 @@ impl Command for FlutterH5Scroll {
         FLUTTER.scroll_spec()
     }
     async fn run(_: &AndroidProvider, ctx: &Context<'_>, inv: &Invocation, args: H5Args) -> Result<Reply, ProviderError> {
-        let (aim, p) = match (&args.selector, args.delta_x, args.delta_y) {
-            (Some(selector), _, _) => (Aim::Element { selector, expected: args.expected_target.as_ref(), editable: false }, control("scroll")),
-            (None, Some(x), Some(y)) => {
-                let mut p = control("scrollBy");
-                p.insert("deltaX".into(), json!(x));
-                p.insert("deltaY".into(), json!(y));
-                (Aim::Page { expected: args.expected_page.as_ref() }, p)
-            }
-            _ => return Err(missing("selector")),
-        };
-        cancellable(ctx, act(ctx, inv, "flutter-h5-scroll", &args.app(), args.adapter_id.as_deref(), aim, p)).await.map(Reply::Json)
+        let (id, aim, p) = FLUTTER.request("scroll", &args)?;
+        cancellable(ctx, act(ctx, inv, "flutter-h5-scroll", &args.app(), id, aim, p)).await.map(Reply::Json)
     }
 }
 
@@ -127,12 +118,8 @@ impl Command for FlutterH5Eval {
         FLUTTER.eval_spec()
     }
     async fn run(_: &AndroidProvider, ctx: &Context<'_>, inv: &Invocation, args: H5Args) -> Result<Reply, ProviderError> {
-        let script = args.script.as_ref().ok_or_else(|| missing("script"))?;
-        let expected = args.expected_page.as_ref().ok_or_else(|| missing("expectedPage"))?;
-        let mut p = Map::new();
-        p.insert("action".into(), json!("h5Eval"));
-        p.insert("script".into(), json!(script));
-        cancellable(ctx, act(ctx, inv, "flutter-h5-eval", &args.app(), None, Aim::Page { expected: Some(expected) }, p)).await.map(Reply::Json)
+        let (id, aim, p) = FLUTTER.request("eval", &args)?;
+        cancellable(ctx, act(ctx, inv, "flutter-h5-eval", &args.app(), id, aim, p)).await.map(Reply::Json)
     }
 }
 

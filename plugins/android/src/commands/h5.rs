@@ -42,6 +42,8 @@ pub(super) struct Dialect {
     pub through: &'static str,
     /// Where `dom` / `wait` replies name the view (`webView` | `adapter`).
     pub view_member: &'static str,
+    /// The device payload of a verb (`click`, `input`, `scroll`, `scrollBy`, `eval`).
+    pub payload: fn(&str) -> Map<String, Value>,
 }
 
 pub(super) const ANDROID: Dialect = Dialect {
@@ -55,9 +57,47 @@ pub(super) const ANDROID: Dialect = Dialect {
     page: "WebView",
     through: "through the SDK's renderer with the native hit check",
     view_member: "webView",
+    payload,
 };
 
+/// What a mutation sends: the view it names (None: the observed one), its aim and payload.
+pub(super) type Request<'a> = (Option<&'a str>, Aim<'a>, Map<String, Value>);
+
 impl Dialect {
+    /// The aim and payload of `click` | `input` | `scroll` | `eval` from the
+    /// arguments (their rules are the schema's; a missing one is never reached).
+    pub fn request<'a>(&self, verb: &str, args: &'a H5Args) -> Result<Request<'a>, ProviderError> {
+        let id = args.web_view_id.as_deref().or(args.adapter_id.as_deref());
+        let element = |editable: bool| -> Result<Aim<'a>, ProviderError> {
+            let selector = args.selector.as_ref().ok_or_else(|| missing("selector"))?;
+            Ok(Aim::Element { selector, expected: args.expected_target.as_ref(), editable })
+        };
+        match verb {
+            "click" => Ok((id, element(false)?, (self.payload)("click"))),
+            "input" => {
+                let mut p = (self.payload)("input");
+                p.insert("text".into(), json!(args.text.as_ref().ok_or_else(|| missing("text"))?));
+                Ok((id, element(true)?, p))
+            }
+            "scroll" => match (&args.selector, args.delta_x, args.delta_y) {
+                (Some(_), _, _) => Ok((id, element(false)?, (self.payload)("scroll"))),
+                (None, Some(x), Some(y)) => {
+                    let mut p = (self.payload)("scrollBy");
+                    p.insert("deltaX".into(), json!(x));
+                    p.insert("deltaY".into(), json!(y));
+                    Ok((id, Aim::Page { expected: args.expected_page.as_ref() }, p))
+                }
+                _ => Err(missing("selector")),
+            },
+            _ => {
+                let mut p = (self.payload)("eval");
+                p.insert("script".into(), json!(args.script.as_ref().ok_or_else(|| missing("script"))?));
+                let expected = args.expected_page.as_ref().ok_or_else(|| missing("expectedPage"))?;
+                Ok((None, Aim::Page { expected: Some(expected) }, p))
+            }
+        }
+    }
+
     fn name(&self, verb: &str) -> String {
         format!("{}-{verb}", self.commands)
     }
@@ -244,7 +284,7 @@ impl H5Args {
     }
 }
 
-pub(super) fn payload(action: &str) -> Map<String, Value> {
+fn payload(action: &str) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("action".into(), json!(action));
     m
@@ -284,9 +324,8 @@ impl Command for H5Click {
         ANDROID.click_spec()
     }
     async fn run(_: &AndroidProvider, ctx: &Context<'_>, inv: &Invocation, args: H5Args) -> Result<Reply, ProviderError> {
-        let selector = args.selector.as_ref().ok_or_else(|| missing("selector"))?;
-        let aim = Aim::Element { selector, expected: args.expected_target.as_ref(), editable: false };
-        cancellable(ctx, act(ctx, inv, "h5-click", &args.app(), args.web_view_id.as_deref(), aim, payload("click"))).await.map(Reply::Json)
+        let (id, aim, p) = ANDROID.request("click", &args)?;
+        cancellable(ctx, act(ctx, inv, "h5-click", &args.app(), id, aim, p)).await.map(Reply::Json)
     }
 }
 
@@ -298,12 +337,8 @@ impl Command for H5Input {
         ANDROID.input_spec()
     }
     async fn run(_: &AndroidProvider, ctx: &Context<'_>, inv: &Invocation, args: H5Args) -> Result<Reply, ProviderError> {
-        let selector = args.selector.as_ref().ok_or_else(|| missing("selector"))?;
-        let text = args.text.as_ref().ok_or_else(|| missing("text"))?;
-        let mut p = payload("input");
-        p.insert("text".into(), json!(text));
-        let aim = Aim::Element { selector, expected: args.expected_target.as_ref(), editable: true };
-        cancellable(ctx, act(ctx, inv, "h5-input", &args.app(), args.web_view_id.as_deref(), aim, p)).await.map(Reply::Json)
+        let (id, aim, p) = ANDROID.request("input", &args)?;
+        cancellable(ctx, act(ctx, inv, "h5-input", &args.app(), id, aim, p)).await.map(Reply::Json)
     }
 }
 
@@ -315,17 +350,8 @@ impl Command for H5Scroll {
         ANDROID.scroll_spec()
     }
     async fn run(_: &AndroidProvider, ctx: &Context<'_>, inv: &Invocation, args: H5Args) -> Result<Reply, ProviderError> {
-        let (aim, p) = match (&args.selector, args.delta_x, args.delta_y) {
-            (Some(selector), _, _) => (Aim::Element { selector, expected: args.expected_target.as_ref(), editable: false }, payload("scroll")),
-            (None, Some(x), Some(y)) => {
-                let mut p = payload("scrollBy");
-                p.insert("deltaX".into(), json!(x));
-                p.insert("deltaY".into(), json!(y));
-                (Aim::Page { expected: args.expected_page.as_ref() }, p)
-            }
-            _ => return Err(missing("selector")),
-        };
-        cancellable(ctx, act(ctx, inv, "h5-scroll", &args.app(), args.web_view_id.as_deref(), aim, p)).await.map(Reply::Json)
+        let (id, aim, p) = ANDROID.request("scroll", &args)?;
+        cancellable(ctx, act(ctx, inv, "h5-scroll", &args.app(), id, aim, p)).await.map(Reply::Json)
     }
 }
 
@@ -337,11 +363,8 @@ impl Command for H5Eval {
         ANDROID.eval_spec()
     }
     async fn run(_: &AndroidProvider, ctx: &Context<'_>, inv: &Invocation, args: H5Args) -> Result<Reply, ProviderError> {
-        let script = args.script.as_ref().ok_or_else(|| missing("script"))?;
-        let expected = args.expected_page.as_ref().ok_or_else(|| missing("expectedPage"))?;
-        let mut p = payload("eval");
-        p.insert("script".into(), json!(script));
-        cancellable(ctx, act(ctx, inv, "h5-eval", &args.app(), None, Aim::Page { expected: Some(expected) }, p)).await.map(Reply::Json)
+        let (id, aim, p) = ANDROID.request("eval", &args)?;
+        cancellable(ctx, act(ctx, inv, "h5-eval", &args.app(), id, aim, p)).await.map(Reply::Json)
     }
 }
 

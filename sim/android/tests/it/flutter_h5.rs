@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{Env, request};
+use crate::support::{Env, sdk_forward, request};
 
 const PKG: &str = "com.example.aab.sample";
 
@@ -18,10 +18,7 @@ struct Sdk {
 }
 
 fn sdk(env: &Env) -> Sdk {
-    let text = env.sh(&format!("run-as {PKG} cat files/ai_app_bridge_endpoint.json"));
-    let d: Value = serde_json::from_str(&text).unwrap();
-    let out = env.adb(&["-s", &env.serial(), "forward", "tcp:0", &format!("localabstract:{}", d["socketName"].as_str().unwrap())]);
-    Sdk { port: String::from_utf8_lossy(&out.stdout).trim().parse().unwrap() }
+    Sdk { port: sdk_forward(env, PKG).0 }
 }
 
 fn epoch(s: &Sdk) -> String {

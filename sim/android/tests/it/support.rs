@@ -192,3 +192,11 @@ pub fn processes_in(root: &std::path::Path) -> usize {
     let canon = std::fs::canonicalize(root).unwrap();
     std::fs::read_dir("/proc").unwrap().flatten().filter(|e| e.file_name().to_str().is_some_and(|s| s.bytes().all(|b| b.is_ascii_digit()))).filter(|e| std::fs::read_link(e.path().join("root")).ok().as_deref() == Some(canon.as_path())).count()
 }
+
+/// An `adb forward` to the SDK socket of `package` (its descriptor names it): (port, descriptor).
+pub fn sdk_forward(env: &Env, package: &str) -> (u16, Value) {
+    let text = env.sh(&format!("run-as {package} cat files/ai_app_bridge_endpoint.json"));
+    let d: Value = serde_json::from_str(&text).unwrap();
+    let out = env.adb(&["-s", &env.serial(), "forward", "tcp:0", &format!("localabstract:{}", d["socketName"].as_str().unwrap())]);
+    (String::from_utf8_lossy(&out.stdout).trim().parse().unwrap(), d)
+}
