@@ -67,17 +67,28 @@ fn read_id() -> String {
     format!("read-{}", b.iter().map(|x| format!("{x:02x}")).collect::<String>())
 }
 
-/// The Dart runtime epoch from `GET /v1/status` (`flutter.runtimeEpoch`).
-pub async fn dart_epoch(port: u16, package: &str, deadline: Deadline) -> Result<String, ProviderError> {
-    let status = http::request(port, "GET", "/v1/status", None, deadline).await.map_err(|e| e.not_dispatched())?.body;
+/// The Dart runtime epoch a `GET /v1/status` names (`flutter.runtimeEpoch`): the
+/// status must be ok and of this package.
+fn epoch_in(package: &str, status: &Value) -> Result<String, ProviderError> {
     if status.get("ok") != Some(&Value::Bool(true)) {
         let code = status.get("error").and_then(Value::as_str).unwrap_or(http::BRIDGE_PROTOCOL_ERROR).to_string();
         return Err(ProviderError::new(code, format!("the SDK of {package} refused the status read")).with_details(json!({"body": status})).not_dispatched());
+    }
+    if let Some(found) = status.pointer("/app/packageName").and_then(Value::as_str)
+        && found != package
+    {
+        return Err(ProviderError::new(crate::sdk::endpoint::codes::BRIDGE_PACKAGE_MISMATCH, format!("the SDK status belongs to {found:?}, not {package:?}")).not_dispatched());
     }
     match status.pointer("/flutter/runtimeEpoch").and_then(Value::as_str) {
         Some(e) if !e.is_empty() && e.len() <= 256 => Ok(e.to_string()),
         _ => Err(ProviderError::new(FLUTTER_UNAVAILABLE, format!("{package} shows no Flutter view (no Dart runtime in the status)")).not_dispatched()),
     }
+}
+
+/// The Dart runtime epoch, read from `GET /v1/status` through the forward on `port`.
+pub async fn dart_epoch(port: u16, package: &str, deadline: Deadline) -> Result<String, ProviderError> {
+    let status = http::request(port, "GET", "/v1/status", None, deadline).await.map_err(|e| e.not_dispatched())?.body;
+    epoch_in(package, &status)
 }
 
 /// One read payload (`h5Dom`; the Dart side also answers `h5Adapters`) on the action route.
@@ -126,7 +137,9 @@ pub fn check_snapshot(body: &Value) -> Result<(), ProviderError> {
 /// then the managed `h5Control` / `h5Eval` with the bound `expectedTarget` /
 /// `expectedPage`. `payload` holds `action` and its own fields.
 pub async fn act(ctx: &Context<'_>, inv: &Invocation, command: &str, app: &App, adapter_id: Option<&str>, aim: Aim<'_>, mut payload: Map<String, Value>) -> Result<Value, ProviderError> {
-    let (session, _) = crate::flutter::open(ctx, app).await?;
+    // The foreground proof and the Dart runtime from the light status read: the
+    // Flutter widget tree is not needed to act in a WebView.
+    let (session, _) = crate::native_exec::open_with(ctx, app, &crate::flutter::FAMILY, "/v1/status", epoch_in).await?;
     let which = adapter_id.or(aim.observed_web_view());
     let snap = snapshot(session.route.forward.port, &session.epoch, which, session.budget.adb()).await?;
     let bound = bind_in(snap, &session.epoch, &aim, PREFIX)?;
@@ -157,6 +170,16 @@ mod tests {
         json!({"ok": true, "h5TargetSchema": TARGET_SCHEMA,
                "pageRef": {"schemaVersion": TARGET_SCHEMA, "runtimeEpoch": "1-a", "adapterId": "help", "adapterGeneration": 1, "documentId": "d", "url": "http://x/"},
                "dom": {"controls": [{"elementId": "e1"}, {"elementId": "e2"}]}, "adapter": {"adapterId": "help"}})
+    }
+
+    #[test]
+    fn the_dart_runtime_epoch_comes_from_an_ok_status_of_this_package() {
+        let st = json!({"ok": true, "app": {"packageName": "a.b"}, "flutter": {"runtimeEpoch": "1-a"}});
+        assert_eq!(epoch_in("a.b", &st).unwrap(), "1-a");
+        assert_eq!(epoch_in("c.d", &st).unwrap_err().error, "bridge_package_mismatch");
+        assert_eq!(epoch_in("a.b", &json!({"ok": true, "app": {"packageName": "a.b"}, "flutter": null})).unwrap_err().error, FLUTTER_UNAVAILABLE);
+        let e = epoch_in("a.b", &json!({"ok": false, "error": "no_current_activity"})).unwrap_err();
+        assert_eq!((e.error.as_str(), e.dispatched), ("no_current_activity", Some(false)));
     }
 
     #[test]
