@@ -191,6 +191,6 @@ pub fn run_h5(w: &World, calls: usize, rows: &mut Vec<Value>, aab: &mut Mcp) -> 
             return Err(format!("flutter-h5-click: the page shows {seen}, not the click"));
         }
     }
-    stats(rows, "aab flutter-h5-click (foreground, Flutter snapshot, h5Dom bind, managed h5Control) via MCP", fl_samples, None);
+    stats(rows, "aab flutter-h5-click (foreground, status, h5Dom bind, managed h5Control) via MCP", fl_samples, None);
     Ok(())
 }
