@@ -91,15 +91,15 @@ pub fn host_builtins() -> Vec<Builtin> {
     let uuid = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$";
     let mut ownership = spec(
         DEVICE_OWNERSHIP,
-        "Inspect a device's ownership journal, reconcile an action whose outcome is unknown, or read a retained settlement",
+        "Inspect a device's ownership journal, reconcile an action whose outcome is unknown, read a retained settlement, or abandon a retained install",
         Mutation::Conditional,
-        &["reconcile"],
+        &["reconcile", "cancel-install"],
         tagged_operations(
             json!({
-                "operation": {"type": "string", "enum": ["status", "reconcile", "receipt"], "description": "status: journal and phase; reconcile: ask the owning provider for the original action's durable receipt (never replays it); receipt: the retained settlement of one action"},
+                "operation": {"type": "string", "enum": ["status", "reconcile", "receipt", "cancel-install"], "description": "status: journal and phase; reconcile: ask the owning provider for the original action's durable receipt (never replays it); receipt: the retained settlement of one action; cancel-install: abandon a retained install-apk's PackageInstaller session (or cancel its job before admission)"},
                 "serial": {"type": "string", "minLength": 1, "maxLength": 1024, "description": "the physical device identifier (the value of the command's device key)"},
                 "runtimeEpoch": {"type": "string", "pattern": uuid, "description": "runtime id that issued the action (receipt)"},
-                "actionId": {"type": "string", "minLength": 1, "maxLength": 1024, "description": "the original action id (receipt)"}
+                "actionId": {"type": "string", "minLength": 1, "maxLength": 1024, "description": "the original action id (receipt; cancel-install: installation.actionId)"}
             }),
             &["serial"],
             &["serial"],
@@ -107,6 +107,7 @@ pub fn host_builtins() -> Vec<Builtin> {
                 op("status", "The device's ownership journal and phase", &[], &[]),
                 op("reconcile", "Settle an unresolved action from the owning provider's durable receipt", &[], &[]),
                 op("receipt", "The retained settlement of one action", &["runtimeEpoch", "actionId"], &["runtimeEpoch", "actionId"]),
+                op("cancel-install", "Abandon a retained install's PackageInstaller session; never installs", &["actionId"], &["actionId"]),
             ],
         ),
     );

@@ -45,6 +45,9 @@ pub struct InternalCall<'a> {
     pub cancel: Option<Cancel>,
     /// Present only on the public request path (the `runtime` built-in needs it).
     pub control: Option<&'a dyn RuntimeControl>,
+    /// The begin call of a managed Intent workflow (`IntentWorkflow`): reaches the
+    /// plugin itself. Every other call of a workflow command starts its Intent.
+    pub managed: bool,
 }
 
 /// What [`ExecutionHost::call`] produced.
@@ -169,7 +172,7 @@ impl ExecutionHost {
                 Err(e) => return reply::rejection(Some(&parsed.command), &CommandError::new("extraction_worker_failed", e.to_string())),
             }
         };
-        let call = InternalCall { command: &parsed.command, arguments: parsed.arguments.clone(), cwd, deadline_cap: None, cancel: None, control: Some(control) };
+        let call = InternalCall { command: &parsed.command, arguments: parsed.arguments.clone(), cwd, deadline_cap: None, cancel: None, control: Some(control), managed: false };
         match self.call(call).await {
             Err(e) => reply::rejection(Some(&parsed.command), &e),
             Ok(mut result) => {
@@ -184,7 +187,9 @@ impl ExecutionHost {
                 if result.reused {
                     ctl.insert("idempotency".into(), json!({"requestId": parsed.arguments.get("requestId"), "reused": true}));
                 }
-                self.finish(parsed.command.clone(), result.outcome, ctl, plan, parsed.output_max_bytes).await
+                // A managed workflow answers as the Intent it started.
+                let name = if self.catalog.intent_workflow(&parsed.command).is_some() { "intent".to_string() } else { parsed.command.clone() };
+                self.finish(name, result.outcome, ctl, plan, parsed.output_max_bytes).await
             }
         }
     }
@@ -197,6 +202,20 @@ impl ExecutionHost {
         let name = call.command;
         let arguments = Value::Object(call.arguments.clone());
         let command = self.catalog.registry.validate(name, &arguments)?;
+        if !call.managed
+            && let Some((plugin, workflow)) = self.catalog.intent_workflow(name)
+        {
+            // A managed workflow: the Intent engine starts its Intent, whose begin
+            // call comes back here with `managed` (and takes the device's lane then).
+            let requested_at_ms = crate::ids::now_ms();
+            let host: crate::engines::Host = self.clone();
+            let outcome = crate::engines::intent::start_workflow(&host, &plugin, &workflow, &arguments, &call.cwd).await;
+            let action_id = crate::ids::uuid_v4();
+            let target_key = format!("host:{name}");
+            let history = self.history(&target_key, &action_id, name, &arguments, &outcome).await;
+            let timings = crate::feedback::CallTimings::settled_now(requested_at_ms, requested_at_ms, 0);
+            return Ok(CallResult { outcome, action_id, history, reused: false, target_key, timings });
+        }
         let mutation = is_mutation(command, &arguments);
         let device = if mutation { device_of(command, &arguments)? } else { None };
         let now = Instant::now();
@@ -502,7 +521,27 @@ impl ExecutionHost {
                 let action = arguments.get("actionId").and_then(Value::as_str).unwrap_or_default().to_string();
                 blocking(move || ownership.receipt(&serial, &epoch, &action)).await
             }
+            "cancel-install" => self.cancel_install(serial, arguments, deadline).await,
             _ => self.reconcile(serial, deadline).await,
+        }
+    }
+
+    /// `cancel-install`: the plugin that declares feature
+    /// `device-ownership.cancel-install` abandons its retained install.
+    async fn cancel_install(&self, serial: String, arguments: &Value, deadline: Instant) -> ExecOutcome {
+        const FEATURE: &str = "device-ownership.cancel-install";
+        let plugin = self.catalog.reports.iter().filter(|r| r.error.is_none()).filter_map(|r| r.manifest.as_ref()).find(|m| m.features.iter().any(|f| f == FEATURE)).map(|m| m.name.clone());
+        let Some((plugin, module)) = plugin.and_then(|p| self.catalog.modules.get(&p).cloned().map(|m| (p, m))) else {
+            return ExecOutcome::Failed(CommandError::new("provider_unavailable", format!("no loaded plugin offers {FEATURE}")).with_field("operation"));
+        };
+        let request = json!({"serial": serial, "actionId": arguments.get("actionId")});
+        match call_hook(module, &plugin, "cancel-install", &request, deadline, &self.runtime_id, self.facts.clone(), self.plugin_data.clone()).await {
+            Ok(mut v) => {
+                v["command"] = json!("device-ownership");
+                v["serial"] = json!(serial);
+                ExecOutcome::Json(v)
+            }
+            Err(e) => ExecOutcome::Failed(e),
         }
     }
 

@@ -107,6 +107,20 @@ pub fn check_engine_data(manifest: &Manifest) -> Result<(), String> {
             return Err(format!("Intent provider `{}`: observationTargetSchema must be a JSON object", p.provider));
         }
     }
+    for w in &manifest.intent_workflows {
+        if !manifest.commands.iter().any(|c| c.command == w.command) {
+            return Err(format!("Intent workflow `{}`: not one of this plugin's commands", w.command));
+        }
+        if !manifest.intent_providers.iter().any(|p| p.provider == w.provider) {
+            return Err(format!("Intent workflow `{}`: provider `{}` is not one of this plugin's Intent providers", w.command, w.provider));
+        }
+        if w.command == w.settle.command || !manifest.commands.iter().any(|c| c.command == w.settle.command) {
+            return Err(format!("Intent workflow `{}`: the settle command must be another of this plugin's commands", w.command));
+        }
+        if !w.target.is_object() {
+            return Err(format!("Intent workflow `{}`: target must be a JSON object template", w.command));
+        }
+    }
     Ok(())
 }
 

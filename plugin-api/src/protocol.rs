@@ -43,6 +43,11 @@ pub struct Manifest {
     /// the host's Intent engine never branches on a platform or provider name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub intent_providers: Vec<IntentProvider>,
+    /// Managed Intent workflows (e.g. `install-apk`): a public command of this
+    /// plugin that starts an Intent with a fixed provider, whose end is decided
+    /// by the plugin's verification, not by the agent (see [`IntentWorkflow`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub intent_workflows: Vec<IntentWorkflow>,
     /// Domains this plugin declares for its own commands, in addition to the
     /// built-in [`crate::check::DOMAINS`] (a private provider's commands get their
     /// own heading in `capabilities` instead of another platform's). Rules in
@@ -152,6 +157,44 @@ pub struct IntentProvider {
     pub observation_target_schema: Option<Value>,
 }
 
+/// A managed Intent workflow (docs/PLUGIN_AUTHORING.md, "Managed Intent
+/// workflows"). A public call of `command` does not reach the plugin directly:
+/// the host starts an Intent with the fixed `provider`, first calling `command`
+/// itself once (the *begin* call: the plugin's own work, e.g. staging and
+/// submitting an install), then after every observation, action and `status` the
+/// read-only `settle` command. Settle answers `{settled, succeeded, error?, …}`
+/// (its own `ok` is the read's); only a settled answer ends the Intent
+/// (`completed` when `succeeded`, else `failed`, or `ambiguous` when it says
+/// `ambiguous:true`), and an agent's `complete`
+/// decision cannot override it. Templates read `${workflow.args.…}` (the public
+/// arguments), `${workflow.begin.…}` (the begin result) and
+/// `${workflow.actions}` (how many actions the Intent dispatched).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct IntentWorkflow {
+    /// The public command (one of this plugin's commands).
+    pub command: String,
+    /// The Intent provider the workflow observes and acts through (fixed).
+    pub provider: String,
+    /// The key under which every reply of the Intent carries the latest settle
+    /// answer (e.g. `installation`, `permissionDialog`).
+    pub status_key: String,
+    /// The Intent goal (a template string over `${workflow.args.…}` parts).
+    pub goal: String,
+    /// The Intent target (template over `workflow.args` / `workflow.begin`),
+    /// validated against the provider's target schema.
+    pub target: Value,
+    /// The read-only verification call.
+    pub settle: IntentCall,
+}
+
+impl IntentWorkflow {
+    pub fn new(command: impl Into<String>, provider: impl Into<String>, status_key: impl Into<String>, goal: impl Into<String>, target: Value, settle: IntentCall) -> Self {
+        IntentWorkflow { command: command.into(), provider: provider.into(), status_key: status_key.into(), goal: goal.into(), target, settle }
+    }
+}
+
 /// A command call with an arguments template.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -238,6 +281,7 @@ impl Manifest {
             features: Vec::new(),
             commands: Vec::new(),
             intent_providers: Vec::new(),
+            intent_workflows: Vec::new(),
             domains: Vec::new(),
             targets: Vec::new(),
             environment: Vec::new(),
@@ -277,6 +321,12 @@ impl Manifest {
     /// Add an Intent provider.
     pub fn intent_provider(mut self, provider: IntentProvider) -> Self {
         self.intent_providers.push(provider);
+        self
+    }
+
+    /// Add a managed Intent workflow (see [`IntentWorkflow`]).
+    pub fn intent_workflow(mut self, workflow: IntentWorkflow) -> Self {
+        self.intent_workflows.push(workflow);
         self
     }
 

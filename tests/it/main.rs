@@ -18,6 +18,7 @@ mod android_flutter_h5;
 mod android_hybrid;
 mod android_scale;
 mod android_uia;
+mod android_install;
 mod android_webview;
 mod android_h5;
 mod facts;

@@ -139,6 +139,15 @@ impl Catalog {
         names
     }
 
+    /// The managed Intent workflow whose public command is `command`, with its plugin.
+    pub fn intent_workflow(&self, command: &str) -> Option<(String, aab_plugin_api::protocol::IntentWorkflow)> {
+        self.reports
+            .iter()
+            .filter(|r| r.error.is_none())
+            .filter_map(|r| r.manifest.as_ref())
+            .find_map(|m| m.intent_workflows.iter().find(|w| w.command == command).map(|w| (m.name.clone(), w.clone())))
+    }
+
     pub fn intent_providers(&self) -> Vec<(String, aab_plugin_api::protocol::IntentProvider)> {
         self.reports
             .iter()

@@ -22,6 +22,7 @@ mod flutter;
 mod flutter_h5;
 mod foreground;
 mod h5;
+mod install;
 mod manifest;
 mod native_exec;
 mod native_target;
@@ -53,6 +54,7 @@ impl Provider for AndroidProvider {
     async fn hook(&self, ctx: &Context<'_>, method: &str, request: serde_json::Value) -> Result<serde_json::Value, ProviderError> {
         match method {
             "reconcile" => reconcile::reconcile(ctx, request).await,
+            "cancel-install" => commands::install_apk::cancel_install(ctx, request).await,
             other => Err(ProviderError::new(aab_plugin_api::codes::UNSUPPORTED_PLUGIN_METHOD, format!("the android plugin does not implement `{other}`")).not_dispatched()),
         }
     }

@@ -14,7 +14,9 @@ pub fn manifest() -> Manifest {
     m.platforms = vec!["android".to_string()];
     // Which adb server the transport talks to and which `adb` starts it: a client
     // with other values must not share a runtime started with these.
-    m.environment = vec!["ADB_SERVER_SOCKET".into(), "ANDROID_ADB_SERVER_PORT".into(), "ADB".into()];
+    m.environment = vec!["ADB_SERVER_SOCKET".into(), "ANDROID_ADB_SERVER_PORT".into(), "ADB".into(), "ANDROID_SDK_ROOT".into(), "ANDROID_HOME".into()];
+    // `device-ownership cancel-install` reaches this plugin's `cancel-install` hook.
+    m.features = vec!["device-ownership.cancel-install".into()];
     // `script.target` of an app on a device: its identity defaults `serial`/`packageName`
     // of every ctx.call; `adb` and `port` are optional connection fields.
     m.targets = vec![
@@ -30,7 +32,116 @@ pub fn manifest() -> Manifest {
     if commands.iter().any(|c| c == "flutter-nodes") {
         m.intent_providers.push(flutter_intent_provider(&commands));
     }
+    if commands.iter().any(|c| c == "uia-tree") {
+        m.intent_providers.push(uia_intent_provider(&commands));
+        m.intent_workflows = managed_workflows(&commands);
+    }
     m
+}
+
+/// The `uia` Intent provider (aab-host §8): observe the focused window through the
+/// UIA runtime (`uia-tree`: system dialogs, installers and apps without the SDK),
+/// act with `tap-uia` bound to the committed observation's node (its
+/// `aab.uia.target/v1` ref: the runtime re-validates it, so a changed window stops
+/// dispatch) and Back through the shell worker.
+fn uia_intent_provider(commands: &[String]) -> aab_plugin_api::protocol::IntentProvider {
+    use aab_plugin_api::protocol::{IntentAction, IntentCall, IntentProvider, IntentSummarize};
+    let text_value = |max: u64| json!({"type": "string", "minLength": 1, "maxLength": max});
+    let selector = json!({
+        "type": "object", "additionalProperties": false,
+        "description": "One node of the committed observation: exactly one of its text, resourceName, contentDescription or nodeRef, matched exactly",
+        "properties": {"text": text_value(1024), "resourceName": text_value(1024), "contentDescription": text_value(1024), "nodeRef": text_value(64)},
+        "oneOf": [{"required": ["text"]}, {"required": ["resourceName"]}, {"required": ["contentDescription"]}, {"required": ["nodeRef"]}]
+    });
+    let device = json!({"serial": "${target.serial}", "adb": "${target.adb}", "root": "${target.root}"});
+    let with = |extra: Value| {
+        let mut a = device.clone();
+        if let (Value::Object(a), Value::Object(extra)) = (&mut a, extra) {
+            a.extend(extra);
+        }
+        a
+    };
+    let actions = [
+        IntentAction::new(
+            "tap",
+            "tap-uia",
+            with(json!({"packageName": "${element.packageName}", "targetRef": "${element.targetRef}", "clickPolicy": "${action.clickPolicy|=\"nearest_clickable_ancestor\"}"})),
+            json!({"type": "object", "additionalProperties": false, "required": ["action", "selector"],
+                   "properties": {"action": {"const": "tap"}, "selector": selector,
+                                  "clickPolicy": {"enum": ["exact_node", "nearest_clickable_ancestor"], "description": "Click the node itself, or its nearest clickable ancestor (default)"}}}),
+        ),
+        IntentAction::new(
+            "back",
+            "keyevent",
+            json!({"serial": "${target.serial}", "adb": "${target.adb}", "keyCode": 4}),
+            json!({"type": "object", "additionalProperties": false, "required": ["action"], "properties": {"action": {"const": "back"}}}),
+        ),
+    ];
+    let summarize = IntentSummarize::new("/nodes", "nodeRef")
+        .identity_fields(["nodeRef", "packageName", "className", "resourceName", "text", "contentDescription", "bounds"])
+        .node_fields(["nodeRef", "packageName", "className", "text", "resourceName", "contentDescription", "bounds", "enabled", "clickable", "checkable", "checked", "scrollable", "depth"])
+        .selector_fields([("text", "text"), ("resourceName", "resourceName"), ("contentDescription", "contentDescription"), ("nodeRef", "nodeRef")])
+        .page([("window", "/window"), ("snapshotId", "/snapshotId"), ("runtimeEpoch", "/runtimeEpoch")])
+        .source_truncated("/truncated");
+    let target_schema = json!({
+        "type": "object", "additionalProperties": false,
+        "required": ["platform", "serial"],
+        "properties": {
+            "platform": {"const": "android"},
+            "serial": {"type": "string", "pattern": SERIAL_PATTERN, "description": "adb serial of the device"},
+            "packageName": package_name(),
+            "adb": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "adb executable used only to start a server when none listens"},
+            "root": crate::uia::root_schema()
+        }
+    });
+    let observe = IntentCall::new("uia-tree", json!({"serial": "${target.serial}", "adb": "${target.adb}", "root": "${target.root}", "maxNodes": 300}));
+    let mut provider = IntentProvider::new("android", "uia", target_schema, observe, summarize);
+    for a in actions.into_iter().filter(|a| commands.contains(&a.command)) {
+        provider = provider.action(a);
+    }
+    provider
+}
+
+/// `install-apk` and `permission-dialog`: managed Intents on the `uia` provider
+/// (aab-host §8.1). The begin call is the command itself; the settle call is its
+/// read-only verification, so only the device's own evidence ends them.
+fn managed_workflows(commands: &[String]) -> Vec<aab_plugin_api::protocol::IntentWorkflow> {
+    use aab_plugin_api::protocol::{IntentCall, IntentWorkflow};
+    let target = |extra: Value| {
+        let mut t = json!({"platform": "android", "serial": "${workflow.args.serial}", "adb": "${workflow.args.adb}"});
+        if let (Value::Object(t), Value::Object(extra)) = (&mut t, extra) {
+            t.extend(extra);
+        }
+        t
+    };
+    let mut out = vec![];
+    if commands.iter().any(|c| c == "install-apk") {
+        out.push(IntentWorkflow::new(
+            "install-apk",
+            "uia",
+            "installation",
+            "Install ${workflow.args.apkPath} on ${workflow.args.serial}",
+            target(json!({})),
+            IntentCall::new("install-apk-status", json!({"serial": "${workflow.args.serial}", "adb": "${workflow.args.adb}", "adbTimeoutMs": "${workflow.args.adbTimeoutMs}", "actionId": "${workflow.begin.installation.actionId}"})),
+        ));
+    }
+    if commands.iter().any(|c| c == "permission-dialog") {
+        out.push(IntentWorkflow::new(
+            "permission-dialog",
+            "uia",
+            "permissionDialog",
+            "Answer the ${workflow.args.permission} request of ${workflow.args.packageName} with ${workflow.args.outcome}",
+            target(json!({"packageName": "${workflow.args.packageName}"})),
+            IntentCall::new(
+                "permission-dialog-status",
+                json!({"serial": "${workflow.args.serial}", "adb": "${workflow.args.adb}", "adbTimeoutMs": "${workflow.args.adbTimeoutMs}",
+                       "packageName": "${workflow.args.packageName}", "permission": "${workflow.args.permission}", "outcome": "${workflow.args.outcome}",
+                       "userId": "${workflow.begin.permissionDialog.userId}", "requester": "${workflow.begin.permissionDialog.requester}",
+                       "initial": "${workflow.begin.permissionDialog.initial}", "actions": "${workflow.actions}", "lastAction": "${workflow.lastAction}"}),
+            ),
+        ));
+    }
+    out
 }
 
 /// Android package name: dot-separated Java identifiers, at least two segments.

@@ -44,6 +44,21 @@ pub async fn reconcile(ctx: &Context<'_>, request: Value) -> Result<Value, Provi
             }
             return Ok(answer);
         }
+        Some("install") => {
+            // The install job's receipt and the installed bytes (never a second install).
+            let budget = Budget::new(ctx, None);
+            let Some(serial) = record["serial"].as_str() else { return Ok(unsettled("action_record_invalid", record.clone())) };
+            let dev = match device(None, Some(serial), &budget).await {
+                Ok(d) => d,
+                Err(e) => return Ok(unsettled("device_unreachable", json!({"error": e.error, "message": e.message}))),
+            };
+            let answer = crate::commands::install_apk::settle(ctx, &dev, action_id, &record, budget.deadline, budget.adb_step).await?;
+            if answer["settled"] != json!(true) {
+                let reason = answer["reason"].as_str().or(answer["status"].as_str()).unwrap_or("install_unresolved").to_string();
+                return Ok(unsettled(&reason, answer));
+            }
+            return Ok(json!({"status": "settled", "receipt": {"actionId": action_id, "runtimeEpoch": pending["runtimeEpoch"], "kind": "install", "ok": answer["succeeded"], "installation": answer}}));
+        }
         Some("uia") => {
             let budget = Budget::new(ctx, None);
             let Some(serial) = record["serial"].as_str() else { return Ok(unsettled("action_record_invalid", record.clone())) };

@@ -308,6 +308,7 @@ pub fn nodes(snap: &Value) -> Result<Vec<Value>, ProviderError> {
     for n in root.descendants().filter(|n| n.has_tag_name("node")) {
         let depth = n.ancestors().filter(|a| a.has_tag_name("node")).count() - 1;
         out.push(json!({
+            "nodeRef": attr(&n, "aab-ref"),
             "targetRef": {"schemaVersion": TARGET_SCHEMA, "bootId": boot, "runtimeEpoch": epoch, "snapshotId": snapshot, "nodeRef": attr(&n, "aab-ref")},
             "text": attr(&n, "text"), "contentDescription": attr(&n, "content-desc"), "resourceName": attr(&n, "resource-id"),
             "className": attr(&n, "class"), "packageName": attr(&n, "package"), "bounds": bounds(&attr(&n, "bounds")),

@@ -158,7 +158,7 @@ fn package_block(s: &mut String, a: &App, sdk_int: u32) {
     s.push_str("      gids=[3003]\n      runtime permissions:\n");
     for (p, g) in &a.permissions {
         let f = a.perm_flags.get(p).cloned().unwrap_or_default();
-        let _ = writeln!(s, "        {p}: granted={g}, flags=[ USER_SENSITIVE_WHEN_GRANTED|USER_SENSITIVE_WHEN_DENIED{}{}]", if *g || f.user_set { "|USER_SET" } else { "" }, if f.user_fixed { "|USER_FIXED" } else { "" });
+        let _ = writeln!(s, "        {p}: granted={g}, flags=[ USER_SENSITIVE_WHEN_GRANTED|USER_SENSITIVE_WHEN_DENIED{}{}{}]", if *g || f.user_set { "|USER_SET" } else { "" }, if f.user_fixed { "|USER_FIXED" } else { "" }, if f.one_time { "|ONE_TIME" } else { "" });
     }
 }
 

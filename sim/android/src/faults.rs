@@ -66,6 +66,12 @@ pub struct Faults {
     /// Installer: the next N commits show the installer confirmation dialog; the commit prints
     /// `Failure [null]` (exit 255) and the install happens only when "Install" is pressed.
     pub install_pending_user_action: u32,
+    /// Installer: the next install writes its base.apk with one byte flipped (storage
+    /// corruption) and still answers `Success`: only a re-hash of the installed bytes sees it.
+    pub install_corrupt_installed_bytes: bool,
+    /// Installer: with `install_commit_text`, the install does happen (an OEM text over a
+    /// real install): the installed bytes are the only proof.
+    pub install_commit_text_installs: bool,
 }
 
 impl Faults {

@@ -33,6 +33,7 @@ pub struct Session {
     /// Splits written: (name, bytes).
     pub splits: Vec<(String, Vec<u8>)>,
     /// `open`, `committed`, `failed`, `pending-user-action`, `pending` (an odd commit text), `abandoned`, `cancelled`.
+    /// A session still pending (not finalised) can be abandoned, like PackageInstaller's.
     pub state: String,
     /// `success`, the failure code, `pending-user-action`, `pending`, `simulator-error`, `abandoned`.
     pub outcome: Option<String>,
@@ -218,7 +219,7 @@ pub fn abandon(dev: &Arc<Device>, args: &[String]) -> Res {
         Err(r) => return r,
     };
     let mut ph = dev.phone.lock().unwrap();
-    let Some(s) = ph.install_sessions.get_mut(&id).filter(|s| s.state == "open" || s.state == "pending-user-action") else { return no_session("install-abandon", id) };
+    let Some(s) = ph.install_sessions.get_mut(&id).filter(|s| ["open", "pending-user-action", "pending"].contains(&s.state.as_str())) else { return no_session("install-abandon", id) };
     let was_pending = s.state == "pending-user-action";
     s.state = "abandoned".into();
     s.outcome = Some("abandoned".into());
@@ -302,7 +303,13 @@ fn apply(dev: &Arc<Device>, ph: &mut Phone, info: &ApkInfo, bytes: &[u8], flags:
     let dir = format!("/data/app/~~{}==/{}-{}==", crate::device::random_hex(22), info.package, crate::device::random_hex(22));
     let host_dir = dev.host_path(&dir);
     std::fs::create_dir_all(&host_dir).map_err(|e| failure("INSTALL_FAILED_INSUFFICIENT_STORAGE", &e.to_string()))?;
-    std::fs::write(host_dir.join("base.apk"), bytes).map_err(|e| failure("INSTALL_FAILED_INSUFFICIENT_STORAGE", &e.to_string()))?;
+    let corrupt = std::mem::take(&mut dev.faults.lock().unwrap().install_corrupt_installed_bytes);
+    let mut stored = bytes.to_vec();
+    if corrupt && let Some(b) = stored.get_mut(bytes.len() / 2) {
+        *b ^= 0x5a;
+        dev.record("fault", json!({ "kind": "install-corrupt-installed-bytes", "package": info.package }));
+    }
+    std::fs::write(host_dir.join("base.apk"), &stored).map_err(|e| failure("INSTALL_FAILED_INSUFFICIENT_STORAGE", &e.to_string()))?;
     let n = ph.apps.len();
     let i = match existing {
         Some(i) => i,
@@ -399,12 +406,15 @@ async fn commit_session(dev: &Arc<Device>, session: Session) -> Res {
     let id = session.id;
     let tmp = format!("/data/app/vmdl{id}.tmp/base.apk");
     // Faults first: a failure code, or an odd text that leaves the outcome pending.
-    let (fail_next, odd, odd_code) = {
+    let (fail_next, mut odd, odd_code, odd_installs) = {
         let mut f = dev.faults.lock().unwrap();
         let fail = f.install_fail_next.take();
         let odd = if fail.is_none() { f.install_commit_text.take() } else { None };
-        (fail, odd, f.install_commit_exit_code)
+        let installs = odd.is_some() && std::mem::take(&mut f.install_commit_text_installs);
+        (fail, odd, f.install_commit_exit_code, installs)
     };
+    // An OEM text over a real install: verified and applied below, then the text.
+    let odd_after = if odd_installs { odd.take() } else { None };
     if let Some(code) = fail_next {
         dev.record("fault", json!({ "kind": "install-fail-next", "code": code, "sessionId": id }));
         let text = format!("Failure [{code}: simulated by aab-android-sim]\n");
@@ -498,6 +508,13 @@ async fn commit_session(dev: &Arc<Device>, session: Session) -> Res {
         Ok((i, stop)) => {
             if stop {
                 crate::lifecycle::stop_process(dev, i, "installPackageLI");
+            }
+            if let Some(t) = odd_after {
+                dev.record("fault", json!({ "kind": "install-commit-text", "text": t, "sessionId": id, "installed": true }));
+                let text = if t.ends_with('\n') { t.clone() } else { format!("{t}\n") };
+                settle(dev, id, "success", "committed", &text);
+                dev.record("install", json!({ "package": info.package, "sha256": info.sha256, "bytes": bytes.len(), "versionCode": info.version_code, "sessionId": id }));
+                return Res::out_fail(odd_code, text);
             }
             settle(dev, id, "success", "committed", "Success\n");
             dev.record("install", json!({ "package": info.package, "sha256": info.sha256, "bytes": bytes.len(), "versionCode": info.version_code, "sessionId": id }));

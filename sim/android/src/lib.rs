@@ -35,6 +35,7 @@ mod redact;
 mod services;
 mod tools;
 mod system_dialog;
+pub mod test_apk;
 mod uia;
 mod uiautomator;
 mod validation;

@@ -80,6 +80,9 @@ pub fn request(dev: &Arc<Device>, req: &Value) -> Value {
         action: Some(DialogAction::Permission { package: pkg.into(), permission: perm.into(), choice }),
     };
     let mut buttons = vec![b("Allow", "permission_allow_button", PermissionChoice::Allow)];
+    if !old {
+        buttons.push(b("Only this time", "permission_allow_one_time_button", PermissionChoice::AllowOnce));
+    }
     if old {
         buttons.push(b("Deny", "permission_deny_button", PermissionChoice::Deny));
         if flags.denials > 0 {
@@ -116,10 +119,11 @@ pub fn answer(dev: &Arc<Device>, ph: &mut Phone, package: &str, permission: &str
     let Some(i) = ph.app_index(package) else { return json!({ "package": package, "result": null }) };
     let app = &mut ph.apps[i];
     let f = app.perm_flags.entry(permission.to_string()).or_default();
-    let granted = matches!(choice, PermissionChoice::Allow);
+    let granted = matches!(choice, PermissionChoice::Allow | PermissionChoice::AllowOnce);
     f.user_set = true;
+    f.one_time = matches!(choice, PermissionChoice::AllowOnce);
     match choice {
-        PermissionChoice::Allow => {
+        PermissionChoice::Allow | PermissionChoice::AllowOnce => {
             f.user_fixed = false;
             f.denials = 0;
         }
@@ -138,6 +142,7 @@ pub fn answer(dev: &Arc<Device>, ph: &mut Phone, package: &str, permission: &str
     app.permissions.insert(permission.to_string(), granted);
     let result = match choice {
         PermissionChoice::Allow => "granted",
+        PermissionChoice::AllowOnce => "granted_once",
         _ if user_fixed => "denied_dont_ask_again",
         _ => "denied",
     };

@@ -66,6 +66,8 @@ pub struct PermFlags {
     pub user_fixed: bool,
     /// Denials answered in a dialog.
     pub denials: u32,
+    /// "Only this time" (`ONE_TIME`): granted for this visit only.
+    pub one_time: bool,
 }
 
 #[derive(Clone, Debug)]

@@ -46,6 +46,8 @@ pub enum DialogAction {
 #[derive(Clone, Copy, Debug)]
 pub enum PermissionChoice {
     Allow,
+    /// "Only this time" (API ≥ 30): granted with `ONE_TIME`.
+    AllowOnce,
     Deny,
     DenyDontAsk,
 }
@@ -128,6 +130,21 @@ pub fn answer(dev: &Arc<Device>, ph: &mut Phone, i: usize, via: &str) -> Value {
     let mut data = json!({ "package": d.package, "title": d.title, "button": b.text, "resourceId": d.resource_name(&b), "windowId": d.window_id, "permission": b.permission.as_ref().map(|p| json!({ "package": p.package, "permission": p.permission, "granted": p.granted })), "via": via });
     if let Some(r) = result {
         data["result"] = r;
+    }
+    dev.record("system-dialog-answer", data.clone());
+    data
+}
+
+/// Back while a dialog shows: closes it without an answer (a permission stays
+/// as it was, an installer confirmation is cancelled).
+pub fn dismiss(dev: &Arc<Device>, ph: &mut Phone, via: &str) -> Value {
+    let Some(d) = ph.system_dialog.take() else { return json!({ "dialog": null }) };
+    ph.log(1000, 'I', "WindowManager", &format!("dialog {} dismissed by {via}", d.package));
+    let mut data = json!({ "package": d.package, "title": d.title, "button": null, "resourceId": null, "windowId": d.window_id, "via": via });
+    for b in &d.buttons {
+        if let Some(DialogAction::Install { session, accept: false }) = &b.action {
+            data["result"] = crate::installer::answer(dev, ph, *session, false);
+        }
     }
     dev.record("system-dialog-answer", data.clone());
     data

@@ -66,6 +66,16 @@ pub(super) async fn decide_on<'a>(host: &Host, op: &'a Arc<Op>, decision: Value,
         if st.status != Status::WaitingForDecision {
             return Err(details_of(&st, &op.id, CommandError::new("not_waiting_for_decision", format!("the Intent is `{}`, not waiting_for_decision", st.status))));
         }
+        if agent == "complete"
+            && let Some(wf) = &st.workflow
+        {
+            return Err(details_of(
+                &st,
+                &op.id,
+                CommandError::new("managed_intent_verification_required", format!("`{}` ends when its own verification settles; a complete decision cannot override it (use intent observe to re-check)", wf.def.command))
+                    .with_field("decision.agentDecision"),
+            ));
+        }
         if based_on != st.revision {
             return Err(details_of(
                 &st,
@@ -224,7 +234,7 @@ pub(super) async fn decide_on<'a>(host: &Host, op: &'a Arc<Op>, decision: Value,
     }
     let started_at = crate::ids::now_ms();
     let ta = Instant::now();
-    let call = InternalCall { command: &decl.command, arguments: arguments.clone(), cwd: op.cwd.clone(), deadline_cap: Some(op.deadline), cancel: Some(op.cancel.clone()), control: None };
+    let call = InternalCall { command: &decl.command, arguments: arguments.clone(), cwd: op.cwd.clone(), deadline_cap: Some(op.deadline), cancel: Some(op.cancel.clone()), control: None, managed: false };
     let result = host.clone().call(call).await;
     let action_ms = ms(ta.elapsed());
     let completed_at = crate::ids::now_ms();

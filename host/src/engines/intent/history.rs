@@ -6,7 +6,7 @@ use super::*;
 pub(super) fn snapshot(op: &Op) -> Value {
     let st = op.st.lock().expect("intent state");
     let events: Vec<&Value> = st.events.iter().rev().take(32).collect::<Vec<_>>().into_iter().rev().collect();
-    json!({
+    let mut snap = json!({
         "ok": true, "command": "intent", "operationId": op.id, "status": st.status, "revision": st.revision, "error": st.error,
         "lastDecisionId": st.last_decision_id, "mode": st.mode, "goal": st.goal, "eventSequence": st.event_seq, "events": events,
         "eventGap": st.dropped > 0, "droppedEvents": st.dropped, "provider": st.provider.provider, "plugin": st.plugin,
@@ -15,7 +15,11 @@ pub(super) fn snapshot(op: &Op) -> Value {
         "actionSteps": st.action_steps, "deadlineMs": st.deadline_ms, "pendingOperations": st.pending,
         "terminalEvidenceId": st.terminal_evidence_id, "lastAction": st.last_action, "capture": st.capture,
         "live": true, "recovered": false, "restartPolicy": "none",
-    })
+    });
+    if let Some((key, answer)) = workflow::reply_fields(&st) {
+        snap[key.as_str()] = answer;
+    }
+    snap
 }
 
 pub(super) fn after_sequence(args: &Value) -> u64 {
@@ -32,6 +36,7 @@ pub(super) async fn status(host: &Host, args: &Value) -> Result<Value, CommandEr
     let limit = args.get("limit").and_then(Value::as_u64).unwrap_or(20) as usize;
     match host.intents().get(&id) {
         Some(op) => {
+            workflow::settle_if_idle(host, &op).await;
             let mut snap = snapshot(&op);
             snap["history"] = history(host.facts(), &id, after, limit).await?;
             Ok(snap)

@@ -26,6 +26,7 @@ mod provider;
 mod schema;
 mod start;
 mod status;
+mod workflow;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,6 +52,7 @@ use history::*;
 use observe::*;
 use start::*;
 use status::Status;
+pub use workflow::start_workflow;
 
 const LIFECYCLE: &str = "aab.intent-lifecycle/v1";
 const MAX_LIVE: usize = 256;
@@ -170,6 +172,8 @@ struct St {
     turn: u64,
     /// Fired (and replaced) on pause / cancel / the end: abandons the turn in flight.
     agent_abort: tokio_util::sync::CancellationToken,
+    /// A managed workflow's begin result and latest verification (install-apk, …).
+    workflow: Option<workflow::Workflow>,
 }
 
 impl St {
@@ -198,6 +202,7 @@ impl St {
             "mode": self.mode, "revision": self.revision, "lastDecisionId": self.last_decision_id, "startedAtMs": self.started_at_ms,
             "deadlineMs": self.deadline_ms, "latestEvidenceIds": self.latest, "lastAction": self.last_action, "agentCalls": self.agent_calls,
             "actionSteps": self.action_steps, "timings": self.timings, "restartPolicy": "none",
+            "workflow": self.workflow.as_ref().map(|w| json!({"command": w.def.command, "statusKey": w.def.status_key, "begin": w.begin, "answer": w.answer})),
         })
     }
 }

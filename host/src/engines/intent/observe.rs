@@ -8,6 +8,13 @@ use super::*;
 /// failure persists an `observation-failed` checkpoint and enters
 /// `waiting_for_observation`.
 pub(super) async fn observe(host: &Host, op: &Arc<Op>) -> Result<(), CommandError> {
+    let observed = observe_once(host, op).await;
+    // A managed workflow is verified after every observation, committed or not.
+    workflow::settle(host, op).await;
+    observed
+}
+
+async fn observe_once(host: &Host, op: &Arc<Op>) -> Result<(), CommandError> {
     let t0 = Instant::now();
     let (provider, target, observation_target, require, watermarks, action_window, host_actions, next_revision) = {
         let mut st = op.st.lock().expect("intent state");
@@ -18,7 +25,7 @@ pub(super) async fn observe(host: &Host, op: &Arc<Op>) -> Result<(), CommandErro
     };
     let sources = provider::Sources { observation_target: Some(&observation_target), ..provider::Sources::new(&target) };
     let arguments = provider::render(&provider.observe.arguments, &sources);
-    let call = InternalCall { command: &provider.observe.command, arguments, cwd: op.cwd.clone(), deadline_cap: Some(op.deadline), cancel: Some(op.cancel.clone()), control: None };
+    let call = InternalCall { command: &provider.observe.command, arguments, cwd: op.cwd.clone(), deadline_cap: Some(op.deadline), cancel: Some(op.cancel.clone()), control: None, managed: false };
     let result = host.clone().call(call).await;
     let acquire_ms = ms(t0.elapsed());
     let value = match result {
@@ -203,7 +210,7 @@ pub(super) async fn read_stream(host: &Host, op: &Arc<Op>, decl: &aab_plugin_api
     let mut truncated = false;
     let mut error = None;
     loop {
-        let call = InternalCall { command: &decl.command, arguments: args.clone(), cwd: op.cwd.clone(), deadline_cap: Some(deadline), cancel: Some(op.cancel.clone()), control: None };
+        let call = InternalCall { command: &decl.command, arguments: args.clone(), cwd: op.cwd.clone(), deadline_cap: Some(deadline), cancel: Some(op.cancel.clone()), control: None, managed: false };
         let page = match host.clone().call(call).await.map(|r| r.outcome) {
             Ok(ExecOutcome::Json(v)) => v,
             Ok(ExecOutcome::Failed(e)) | Err(e) => {

@@ -23,11 +23,13 @@ pub struct Sources<'a> {
     /// The Intent's current `observationTarget` (validated against the provider's
     /// `observationTargetSchema`), if any.
     pub observation_target: Option<&'a Value>,
+    /// A managed workflow's `{args, begin, actions}` (`${workflow.…}`).
+    pub workflow: Option<&'a Value>,
 }
 
 impl<'a> Sources<'a> {
     pub fn new(target: &'a Value) -> Sources<'a> {
-        Sources { target, action: None, element: None, observation: None, require: None, watermark: None, window: None, page: None, observation_target: None }
+        Sources { target, action: None, element: None, observation: None, require: None, watermark: None, window: None, page: None, observation_target: None, workflow: None }
     }
 }
 
@@ -54,6 +56,7 @@ fn lookup_one(sources: &Sources<'_>, path: &str) -> Option<Value> {
         "window" => sources.window?.clone(),
         "page" => sources.page?.clone(),
         "observationTarget" => sources.observation_target?.clone(),
+        "workflow" => sources.workflow?.clone(),
         _ => return None,
     };
     for p in parts {
@@ -85,6 +88,25 @@ pub fn render_complete(template: &Value, sources: &Sources<'_>) -> Option<Map<St
         Value::Object(m) if !m.is_empty() => Some(m),
         _ => None,
     }
+}
+
+/// Render a text template: every `${…}` inside it is replaced by the value's text
+/// (a string as is, anything else as JSON; no value: empty).
+pub fn render_text(template: &str, sources: &Sources<'_>) -> String {
+    let mut out = String::new();
+    let mut rest = template;
+    while let Some(i) = rest.find("${") {
+        out.push_str(&rest[..i]);
+        let Some(j) = rest[i..].find('}') else { break };
+        match lookup(sources, &rest[i + 2..i + j]) {
+            Some(Value::String(t)) => out.push_str(&t),
+            Some(v) => out.push_str(&v.to_string()),
+            None => {}
+        }
+        rest = &rest[i + j + 1..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Render an arguments template: a top-level argument whose placeholders have no

@@ -53,6 +53,11 @@ pub(super) fn validate_with(schema: &Value, instance: &Value, field: &str) -> Re
 }
 
 pub(super) async fn start(host: &Host, args: &Value, cwd: &str) -> Result<Value, CommandError> {
+    start_with(host, args, cwd, None).await
+}
+
+/// `start`, optionally as a managed workflow's Intent (its begin call done).
+pub(super) async fn start_with(host: &Host, args: &Value, cwd: &str, workflow: Option<workflow::Workflow>) -> Result<Value, CommandError> {
     let engine = host.intents();
     if engine.closed.load(Ordering::SeqCst) {
         return Err(CommandError::new("runtime_stopped", "the runtime is stopping; no new Intent starts"));
@@ -166,6 +171,7 @@ pub(super) async fn start(host: &Host, args: &Value, cwd: &str) -> Result<Value,
             action_window: None,
             host_actions: HashMap::new(),
             turn: 0,
+            workflow,
         }),
     });
     {

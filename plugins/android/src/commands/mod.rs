@@ -43,6 +43,8 @@ mod h5;
 mod flutter;
 mod flutter_h5;
 mod uia;
+pub(crate) mod install_apk;
+mod permission_dialog;
 mod webview;
 
 /// Every Android command, in catalog order. One line per command: adding a command
@@ -98,6 +100,10 @@ pub fn list() -> Commands<AndroidProvider> {
         .add::<flutter_h5::FlutterH5Wait>()
         .add::<flutter_h5::FlutterH5Scroll>()
         .add::<flutter_h5::FlutterH5Eval>()
+        .add::<install_apk::InstallApk>()
+        .add::<install_apk::InstallApkStatus>()
+        .add::<permission_dialog::PermissionDialog>()
+        .add::<permission_dialog::PermissionDialogStatus>()
         .add::<uia::UiaRuntime>()
         .add::<uia::UiaTree>()
         .add::<uia::TapUia>()
@@ -174,7 +180,7 @@ mod tests {
     fn the_manifest_passes_the_sdk_checks() {
         let specs: Vec<CommandSpec> = list().specs().cloned().collect();
         let names: Vec<&str> = specs.iter().map(|c| c.command.as_str()).collect();
-        assert_eq!(names, ["status", "tree", "screenshot", "logs", "state", "network", "events", "logcat", "keyboard-state", "permission-state", "wait-text", "ui-observation", "forward", "remove-forward", "tap", "tap-native", "tap-text", "input-text", "native-gesture", "swipe", "keyevent", "hide-keyboard", "launch-app", "launch-activity", "clear-app-data", "freeze-app", "thaw-app", "permission-grant", "permission-revoke", "appops-set", "h5-dom", "h5-click", "h5-input", "h5-wait", "h5-scroll", "h5-eval", "flutter-tree", "flutter-nodes", "flutter-action", "tap-flutter", "tap-flutter-text", "input-flutter-text", "scroll-flutter", "flutter-h5-dom", "flutter-h5-click", "flutter-h5-input", "flutter-h5-wait", "flutter-h5-scroll", "flutter-h5-eval", "uia-runtime", "uia-tree", "tap-uia", "tap-uia-text", "webview-pages", "webview-network", "webview-console"]);
+        assert_eq!(names, ["status", "tree", "screenshot", "logs", "state", "network", "events", "logcat", "keyboard-state", "permission-state", "wait-text", "ui-observation", "forward", "remove-forward", "tap", "tap-native", "tap-text", "input-text", "native-gesture", "swipe", "keyevent", "hide-keyboard", "launch-app", "launch-activity", "clear-app-data", "freeze-app", "thaw-app", "permission-grant", "permission-revoke", "appops-set", "h5-dom", "h5-click", "h5-input", "h5-wait", "h5-scroll", "h5-eval", "flutter-tree", "flutter-nodes", "flutter-action", "tap-flutter", "tap-flutter-text", "input-flutter-text", "scroll-flutter", "flutter-h5-dom", "flutter-h5-click", "flutter-h5-input", "flutter-h5-wait", "flutter-h5-scroll", "flutter-h5-eval", "install-apk", "install-apk-status", "permission-dialog", "permission-dialog-status", "uia-runtime", "uia-tree", "tap-uia", "tap-uia-text", "webview-pages", "webview-network", "webview-console"]);
         crate::manifest::manifest().commands(specs).check().unwrap();
     }
 }

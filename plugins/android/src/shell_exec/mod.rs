@@ -204,6 +204,69 @@ pub async fn run_job(device: &Device, deadline: Deadline, step: Duration, job: &
     Err(ProviderError::new(codes::SHELL_ACTION_UNRESOLVED, format!("no receipt of shell job {} before the deadline; the action may or may not have run", job.job_id)).with_details(json!({"jobId": job.job_id, "runtimeEpoch": epoch, "roundTrips": trips})))
 }
 
+/// A job handed to the worker without waiting for its end (install-apk: the
+/// commit may wait for the installer's confirmation, which the Intent answers).
+pub struct Submitted {
+    pub runtime_epoch: String,
+    pub round_trips: Vec<Value>,
+    /// The start reply, when it already carried the receipt.
+    pub settled: bool,
+}
+
+/// prepare → `dispatch` (record + mark) → start with a short wait. A lost start
+/// reply is still submitted (the job may run): only the phone's receipt says.
+pub async fn submit_job(device: &Device, deadline: Deadline, step: Duration, job: &Job, dispatch: impl FnOnce(&str) -> Result<(), ProviderError>) -> Result<Submitted, ProviderError> {
+    let mut trips = Vec::new();
+    let budget_ms = deadline.remaining().saturating_sub(CANCEL_RESERVE).as_millis() as u64;
+    let prepared = timed(&mut trips, "prepare", client::run(device, &scripts::prepare(job, budget_ms), deadline.capped(step))).await.map_err(|e| e.not_dispatched())?;
+    refuse_unless_ok(&prepared)?;
+    let epoch = prepared.str("runtimeEpoch").to_string();
+    let phone_deadline = prepared.0["deadlineUptimeMs"].as_u64().unwrap_or(0);
+    let identity = scripts::identity_text(job, &epoch, phone_deadline);
+    dispatch(&epoch)?;
+    let wait = START_WAIT_MS.min(deadline.remaining().saturating_sub(CANCEL_RESERVE).as_millis() as u64);
+    let started = timed(&mut trips, "start", client::run(device, &scripts::start(job, &epoch, &identity, wait), deadline.capped(step))).await;
+    match started {
+        Ok(r) if r.0["ok"] == json!(false) => {
+            Err(ProviderError::new(r.str("error"), format!("the shell worker refused to start job {}", job.job_id)).with_details(json!({"reply": r.0, "jobId": job.job_id})).not_dispatched())
+        }
+        Ok(r) => Ok(Submitted { runtime_epoch: epoch, round_trips: trips, settled: r.0["settled"] == json!(true) }),
+        Err(_) => Ok(Submitted { runtime_epoch: epoch, round_trips: trips, settled: false }),
+    }
+}
+
+/// What the phone says of a job now, without acknowledging anything.
+pub enum JobState {
+    /// The receipt (checked to be this job's) with the job's output.
+    Settled { reply: Reply, receipt: Value, stdout: Vec<u8> },
+    /// No receipt yet: the query reply (exists / launched / admitted, boot id).
+    Pending(Reply),
+}
+
+pub async fn query_job(device: &Device, deadline: Deadline, job: &Job) -> Result<JobState, ProviderError> {
+    let r = client::run(device, &scripts::query(job), deadline).await?;
+    if r.0["settled"] != json!(true) {
+        return Ok(JobState::Pending(r));
+    }
+    let receipt = decode_receipt(&r)?;
+    if receipt["jobId"] != json!(job.job_id) || receipt["actionId"] != json!(job.action_id) || receipt["commandSha256"] != json!(job.command_sha256) {
+        return Err(ProviderError::new(codes::SHELL_PROTOCOL_ERROR, "the shell receipt belongs to another job").with_details(json!({"receipt": receipt, "jobId": job.job_id})));
+    }
+    let stdout = r.b64("stdout")?;
+    Ok(JobState::Settled { reply: r, receipt, stdout })
+}
+
+/// Cancel a job the worker has not admitted (the cancelled receipt proves it never ran).
+pub async fn cancel_job(device: &Device, deadline: Deadline, job: &Job) -> Result<Reply, ProviderError> {
+    client::run(device, &scripts::cancel(job), deadline).await
+}
+
+/// Acknowledge a settled job's receipt (after the host stored what it proves).
+pub async fn acknowledge_job(device: &Device, deadline: Deadline, job: &Job, reply: &Reply) -> Result<(), ProviderError> {
+    let mut trips = Vec::new();
+    acknowledge(device, deadline, job, reply, &mut trips).await
+}
+
 /// A reply whose boot id differs from the job's: the phone rebooted. A job the
 /// worker never admitted is cancelled (it provably did not run); an admitted one
 /// stays unknown (ambiguous).

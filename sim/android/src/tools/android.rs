@@ -717,6 +717,9 @@ pub fn keyevent(dev: &std::sync::Arc<crate::device::Device>, code: u32) {
             4 | 111 if ph.keyboard => {
                 ph.keyboard = false;
             }
+            4 if ph.system_dialog.is_some() => {
+                crate::system_dialog::dismiss(dev, &mut ph, "back");
+            }
             4 => {
                 if let Some(i) = ph.foreground {
                     let start = ph.apps[i].start_screen();

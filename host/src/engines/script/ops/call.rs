@@ -181,6 +181,7 @@ pub(super) async fn ctx_call(host: &Host, op: &Arc<Op>, command: &str, args: Val
             deadline_cap: Some(op.deadline),
             cancel: Some(op.cancel.clone()),
             control: None,
+            managed: false,
         })
         .await;
     let completed_ms = crate::ids::now_ms();
