@@ -142,6 +142,30 @@ fn sim_token(w: &World, sim: &Sim) -> String {
 }
 
 #[test]
+fn android_uia_runtime_restarted_between_prepare_and_start_is_recovered_never_doubled() {
+    let w = World::new();
+    let (mut sim, serial, st) = started(&w);
+    let old_epoch = st["descriptor"]["runtimeEpoch"].clone();
+    camera_dialog(&w, &sim);
+    // The runtime process dies right after answering prepare; the same jar starts again.
+    control(&w, &sim, json!({"op": "faults", "set": {"uiaRestartAfterPrepare": true}}));
+    let f = w.fails("tap-uia", json!({"serial": serial, "root": ROOT, "packageName": CONTROLLER, "selector": {"text": "Don't allow"}}), "uia_runtime_restarted");
+    assert_eq!(f["details"]["receipt"]["completion"], json!("recovered_before_admission"), "{f}");
+    assert_eq!(f["details"]["proof"]["acknowledged"], json!(true), "the new runtime acknowledged the old epoch's record: {f}");
+    assert!(truth(&w, &sim, "uia-tap").is_empty(), "ground truth: nothing was clicked");
+    assert_eq!(phase(&w, &serial), json!("idle"), "a known outcome leaves the device idle");
+    let runtimes = control(&w, &sim, json!({"op": "uia", "root": ROOT}))["runtimes"].clone();
+    let old = runtimes.as_array().unwrap().iter().find(|r| r["runtimeEpoch"] == old_epoch).unwrap().clone();
+    assert_eq!((old["running"].clone(), old["journal"][0]["phase"].clone(), old["journal"][0]["acknowledged"].clone()), (json!(false), json!("terminal"), json!(true)), "{old}");
+    // The dialog is still there; a new click through the new runtime happens once.
+    let t = w.ok("tap-uia", json!({"serial": serial, "root": ROOT, "packageName": CONTROLLER, "selector": {"text": "Don't allow"}}));
+    assert_ne!(t["runtimeEpoch"], old_epoch, "{t}");
+    assert_eq!(truth(&w, &sim, "uia-tap").len(), 1, "ground truth: one click in all");
+    assert_eq!(app_state(&w, &sim, SAMPLE)["permissions"][CAMERA], json!(false));
+    sim.shutdown();
+}
+
+#[test]
 fn android_uia_click_pending_at_the_deadline_is_unresolved_until_reconciled() {
     let w = World::new();
     let (mut sim, serial, _) = started(&w);

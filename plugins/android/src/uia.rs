@@ -154,6 +154,8 @@ pub fn public(descriptor: &Value) -> Value {
 
 /// A reachable runtime: its descriptor and the verified forward to its socket.
 pub struct Runtime {
+    /// The device it runs on (recovery of its journal after it is gone).
+    pub device: Device,
     pub serial: String,
     pub root: String,
     pub descriptor: Value,
@@ -199,7 +201,7 @@ pub async fn connect(device: &Device, root: &str, deadline: Deadline) -> Result<
     let socket = d["socketName"].as_str().unwrap_or_default().to_string();
     let fwd = crate::sdk::forward::ensure(&device.server, &device.serial, &socket, None, deadline).await.map_err(|e| e.not_dispatched())?;
     let token = d["token"].as_str().unwrap_or_default().to_string();
-    Ok(Runtime { serial: device.serial.clone(), root: root.to_string(), descriptor: d, port: fwd.port, token })
+    Ok(Runtime { device: device.clone(), serial: device.serial.clone(), root: root.to_string(), descriptor: d, port: fwd.port, token })
 }
 
 // ---- deployment ---------------------------------------------------------------
@@ -402,19 +404,33 @@ pub async fn click(ctx: &Context<'_>, inv: &Invocation, command: &str, rt: &Runt
         return Err(fail(&code, format!("the UIA runtime refused the action: {}", prepared["message"].as_str().unwrap_or(""))).with_details(json!({"device": prepared})));
     }
     ctx.mark_dispatched();
-    let mut envelope = match rt.op(body("start"), deadline).await {
-        Ok(e) => e,
-        Err(e) => json!({"transport": e.error, "message": e.message}),
+    let (mut envelope, mut unreachable) = match rt.op(body("start"), deadline).await {
+        Ok(e) => (e, 0),
+        Err(e) => (json!({"transport": e.error, "message": e.message}), 1),
     };
-    while !terminal(&envelope) && deadline.remaining() > Duration::from_millis(600) {
+    // Polling stops early when the runtime stopped answering (it died or restarted):
+    // its phone journal is then the only place the outcome can come from.
+    while !terminal(&envelope) && deadline.remaining() > Duration::from_millis(600) && unreachable < 4 {
         tokio::time::sleep(POLL).await;
-        if let Ok(e) = rt.op(body("query"), deadline).await {
-            envelope = e;
+        match rt.op(body("query"), deadline).await {
+            Ok(e) => {
+                envelope = e;
+                unreachable = 0;
+            }
+            Err(_) => unreachable += 1,
         }
     }
     if !terminal(&envelope) {
         // One cancel: before admission it settles the action; after, it changes nothing.
         if let Ok(e) = rt.op(body("cancel"), Deadline::after(Duration::from_millis(500))).await {
+            envelope = e;
+        }
+    }
+    if !terminal(&envelope) && unreachable > 0 {
+        // Recover from the journal of the runtime's epoch (`recover-record`): an action
+        // it prepared but never admitted settles as `recovered_before_admission`.
+        let recover_by = Deadline::after(deadline.remaining().saturating_sub(Duration::from_millis(200)).min(Duration::from_secs(10)));
+        if let Ok(e) = recover_record(&rt.device, &rt.root, rt.boot_id(), rt.epoch(), &action_id, &request_sha, recover_by).await {
             envelope = e;
         }
     }
@@ -426,10 +442,18 @@ pub async fn click(ctx: &Context<'_>, inv: &Invocation, command: &str, rt: &Runt
     // The host's durable copy first, then the phone may forget it.
     let stored = ctx.facts().append(RECEIPT_STREAM, &action_id, &json!({"receipt": receipt, "receiptSha256": receipt_sha, "requestSha256": request_sha}), Durability::Sync).is_ok();
     let acknowledged = stored
-        && rt
-            .op(json!({"op": "acknowledge", "requestJson": request_json, "requestSha256": request_sha, "receiptSha256": receipt_sha}), Deadline::after(Duration::from_secs(2)))
-            .await
-            .is_ok_and(|a| a["acknowledged"] == true);
+        && if envelope.get("recovered").is_some() {
+            // Its runtime is gone: the one running now acknowledges the old epoch's record.
+            let identity = json!({"bootId": rt.boot_id(), "runtimeEpoch": rt.epoch(), "actionId": action_id, "requestSha256": request_sha, "receiptSha256": receipt_sha});
+            match connect(&rt.device, &rt.root, Deadline::after(Duration::from_secs(2))).await {
+                Ok(now) => now.op(json!({"op": "acknowledge-record", "identity": identity}), Deadline::after(Duration::from_secs(2))).await.is_ok_and(|a| a["ok"] == true),
+                Err(_) => false,
+            }
+        } else {
+            rt.op(json!({"op": "acknowledge", "requestJson": request_json, "requestSha256": request_sha, "receiptSha256": receipt_sha}), Deadline::after(Duration::from_secs(2)))
+                .await
+                .is_ok_and(|a| a["acknowledged"] == true)
+        };
     let proof = json!({"kind": "uia", "settled": true, "actionId": action_id, "runtimeEpoch": rt.epoch(), "requestSha256": request_sha, "receiptSha256": receipt_sha,
                        "completion": receipt["completion"], "dispatched": receipt["dispatched"], "acknowledged": acknowledged});
     if receipt["ok"] == true {
@@ -474,26 +498,31 @@ pub async fn reconcile(device: &Device, record: &Value, deadline: Deadline) -> R
             }
             e
         }
-        None => {
-            // The runtime of that epoch is gone: its phone journal answers.
-            let boot = d["bootId"].as_str().unwrap_or_default();
-            let identity = json!({"bootId": boot, "runtimeEpoch": epoch, "actionId": action_id, "requestSha256": request_sha}).to_string();
-            let Ok(Some(sha)) = phone_sha256_of_jar(device, root, deadline).await else { return Err(unsettled("uia_runtime_jar_missing", Value::Null)) };
-            let cmd = format!("CLASSPATH={j} app_process /system/bin {MAIN_CLASS} {r} {sha} recover-record {i}", j = quote(&format!("{root}/runtime-{sha}.jar")), r = quote(root), i = quote(&identity));
-            let out = device.shell(&cmd, None, deadline).await.map_err(|e| unsettled("device_unreachable", json!({"error": e.error})))?;
-            let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(json!({"stdout": out.stdout_text(), "stderr": out.stderr_text()}));
-            if !v["receiptJson"].is_string() {
-                let reason = v["disposition"].as_str().unwrap_or("uia_record_unrecoverable").to_string();
-                return Err(unsettled(&reason, v));
-            }
-            json!({"settled": true, "receiptJson": v["receiptJson"], "receiptSha256": v["receiptSha256"]})
-        }
+        // The runtime of that epoch is gone: its phone journal answers.
+        None => recover_record(device, root, d["bootId"].as_str().unwrap_or_default(), epoch, action_id, request_sha, deadline).await?,
     };
     if !terminal(&envelope) {
         return Err(unsettled("uia_action_not_terminal", envelope));
     }
     let (receipt, sha) = receipt_of(&envelope, request_sha, action_id).map_err(|e| unsettled(&e.error, envelope.clone()))?;
     Ok(json!({"device": receipt, "proof": {"kind": "uia", "settled": true, "actionId": action_id, "runtimeEpoch": epoch, "requestSha256": request_sha, "receiptSha256": sha, "completion": receipt["completion"], "dispatched": receipt["dispatched"]}}))
+}
+
+/// The terminal envelope of an action of a runtime epoch that is gone, from its
+/// phone journal (`recover-record`: a prepared, never admitted action becomes
+/// `recovered_before_admission`); `Err` = the unsettled answer.
+async fn recover_record(device: &Device, root: &str, boot: &str, epoch: &str, action_id: &str, request_sha: &str, deadline: Deadline) -> Result<Value, Value> {
+    let unsettled = |reason: &str, answer: Value| json!({"status": "unsettled", "reason": reason, "answer": answer});
+    let identity = json!({"bootId": boot, "runtimeEpoch": epoch, "actionId": action_id, "requestSha256": request_sha}).to_string();
+    let Ok(Some(sha)) = phone_sha256_of_jar(device, root, deadline).await else { return Err(unsettled("uia_runtime_jar_missing", Value::Null)) };
+    let cmd = format!("CLASSPATH={j} app_process /system/bin {MAIN_CLASS} {r} {sha} recover-record {i}", j = quote(&format!("{root}/runtime-{sha}.jar")), r = quote(root), i = quote(&identity));
+    let out = device.shell(&cmd, None, deadline).await.map_err(|e| unsettled("device_unreachable", json!({"error": e.error})))?;
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(json!({"stdout": out.stdout_text(), "stderr": out.stderr_text()}));
+    if !v["receiptJson"].is_string() {
+        let reason = v["disposition"].as_str().unwrap_or("uia_record_unrecoverable").to_string();
+        return Err(unsettled(&reason, v));
+    }
+    Ok(json!({"settled": true, "receiptJson": v["receiptJson"], "receiptSha256": v["receiptSha256"], "recovered": v["disposition"]}))
 }
 
 /// The hash of the one deployed runtime jar of `root` (for the maintenance modes).

@@ -57,6 +57,8 @@ pub struct Faults {
     pub uia_drop_replies: u32,
     /// UIA: snapshot lifetime in ms instead of 60000 (0 = default).
     pub uia_snapshot_ttl_ms: u64,
+    /// UIA: the runtime restarts (new epoch) right after answering the next `prepare`.
+    pub uia_restart_after_prepare: bool,
     /// Installer: the next commit fails with `Failure [<code>: simulated by aab-android-sim]` (exit = its public status).
     pub install_fail_next: Option<String>,
     /// Installer: the next commit prints exactly this text (a newline added) with exit code

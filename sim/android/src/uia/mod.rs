@@ -192,6 +192,17 @@ fn start_runtime(dev: &Arc<Device>, root: &str, sha: &str, classpath: &str) -> R
 }
 
 /// The runtime process ends (stop, kill, restart, reboot). A stop rewrites the descriptor with `running:false`.
+/// The runtime process dies and the same jar starts again: a new epoch, the old
+/// epoch's journal left on the phone for `recover-record`.
+fn restart(dev: &Arc<Device>, rt: &Arc<Runtime>) -> Result<Arc<Runtime>, (&'static str, String)> {
+    end_runtime(dev, rt, "restart");
+    let jar = std::fs::read(dev.host_path(&rt.classpath)).unwrap_or_default();
+    if sha256_hex(&jar) != rt.dex_sha {
+        return Err(("uia_runtime_artifact_mismatch", "the jar changed; the runtime did not start again".into()));
+    }
+    start_runtime(dev, &rt.root, &rt.dex_sha, &rt.classpath)
+}
+
 fn end_runtime(dev: &Arc<Device>, rt: &Arc<Runtime>, reason: &str) {
     {
         let mut st = rt.st.lock().unwrap();
@@ -272,17 +283,10 @@ pub fn control(dev: &Arc<Device>, req: &Value) -> Value {
             None => cerr("uia_not_running", "no running UIA runtime"),
         },
         "uia-restart" => match pick_running(dev, req) {
-            Some(rt) => {
-                end_runtime(dev, &rt, "restart");
-                let jar = std::fs::read(dev.host_path(&rt.classpath)).unwrap_or_default();
-                if sha256_hex(&jar) != rt.dex_sha {
-                    return cerr("uia_runtime_artifact_mismatch", "the jar changed; the runtime did not start again");
-                }
-                match start_runtime(dev, &rt.root, &rt.dex_sha, &rt.classpath) {
-                    Ok(n) => json!({ "ok": true, "oldRuntimeEpoch": rt.epoch, "runtimeEpoch": n.epoch, "pid": n.pid }),
-                    Err((c, m)) => cerr(c, m),
-                }
-            }
+            Some(rt) => match restart(dev, &rt) {
+                Ok(n) => json!({ "ok": true, "oldRuntimeEpoch": rt.epoch, "runtimeEpoch": n.epoch, "pid": n.pid }),
+                Err((c, m)) => cerr(c, m),
+            },
             None => cerr("uia_not_running", "no running UIA runtime"),
         },
         "system-dialog" => {

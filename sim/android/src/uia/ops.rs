@@ -663,6 +663,17 @@ pub fn handle(dev: &Arc<Device>, rt: &Arc<Runtime>, op: &str, body: &Value) -> (
                 return (200, json!({ "ok": true, "runtimeEpoch": rt.epoch, "stopping": true }), Some(Box::new(move || super::end_runtime(&d, &r, "stop"))));
             }
         }
+        "prepare" if std::mem::take(&mut dev.faults.lock().unwrap().uia_restart_after_prepare) => {
+            // The process dies right after answering prepare: the action is in the old
+            // epoch's journal, prepared, never admitted.
+            let r = action_op(dev, rt, op, body);
+            let (d, x) = (dev.clone(), rt.clone());
+            dev.record("fault", json!({ "kind": "uia-restart-after-prepare", "runtimeEpoch": rt.epoch }));
+            return match r {
+                Ok(v) => (200, v, Some(Box::new(move || { let _ = super::restart(&d, &x); }))),
+                Err(x) => (200, err_value(x), None),
+            };
+        }
         "prepare" | "start" | "query" | "cancel" | "acknowledge" => action_op(dev, rt, op, body),
         "acknowledge-record" => match body.get("identity").filter(|i| i.is_object()) {
             Some(i) => acknowledge_record(dev, &rt.root, i),
