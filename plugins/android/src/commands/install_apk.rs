@@ -187,14 +187,7 @@ pub(crate) async fn settle(ctx: &Context<'_>, dev: &Device, action_id: &str, rec
     let package = identity["packageName"].as_str().unwrap_or_default();
     let want = identity["apkSha256"].as_str().unwrap_or_default();
     let base = json!({"actionId": action_id, "installId": identity["installId"], "packageName": package, "apkSha256": want, "jobId": job.job_id});
-    let with = |mut v: Value| {
-        if let (Value::Object(m), Value::Object(b)) = (&mut v, &base) {
-            for (k, x) in b {
-                m.entry(k.clone()).or_insert(x.clone());
-            }
-        }
-        v
-    };
+    let with = |v: Value| super::with_defaults(v, &base);
     let (reply, receipt, stdout) = match shell_exec::query_job(dev, deadline.capped(step), &job).await? {
         JobState::Pending(q) => {
             let status = if q.0["exists"] != json!(true) { "job_not_found" } else if q.0["admitted"] == json!(true) { "running" } else { "queued" };

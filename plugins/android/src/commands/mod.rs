@@ -147,6 +147,17 @@ impl Budget {
     }
 }
 
+/// `v` with every field of `base` it lacks (the identity facts every answer of a
+/// settle call repeats).
+pub(crate) fn with_defaults(mut v: serde_json::Value, base: &serde_json::Value) -> serde_json::Value {
+    if let (serde_json::Value::Object(m), serde_json::Value::Object(b)) = (&mut v, base) {
+        for (k, x) in b {
+            m.entry(k.clone()).or_insert_with(|| x.clone());
+        }
+    }
+    v
+}
+
 /// Run `work` unless the host cancels first (then the work is dropped).
 pub(crate) async fn cancellable<T>(ctx: &Context<'_>, work: impl Future<Output = Result<T, ProviderError>>) -> Result<T, ProviderError> {
     tokio::select! {

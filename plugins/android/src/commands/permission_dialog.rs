@@ -205,14 +205,7 @@ impl Command for PermissionDialogStatus {
             let record = requester["activityRecord"].as_str().unwrap_or_default();
             let text = activities(&dev, budget.adb()).await?;
             let base = json!({"packageName": a.package_name, "permission": a.permission, "outcome": a.outcome, "requester": requester, "initial": initial});
-            let with = |mut v: Value| {
-                if let (Value::Object(m), Value::Object(b)) = (&mut v, &base) {
-                    for (k, x) in b {
-                        m.entry(k.clone()).or_insert(x.clone());
-                    }
-                }
-                v
-            };
+            let with = |v: Value| super::with_defaults(v, &base);
             if top_resumed(&text)?.is_some_and(|t| t.record == record) {
                 return Ok(Reply::Json(with(json!({"ok": true, "settled": false, "status": "dialog_open", "pending": "dialog_open"}))));
             }
