@@ -15,10 +15,12 @@
 //! Usage (as root; adb, busybox-static, node; release build first):
 //!   cargo build --release -p aab-cli -p aab-plugin-android -p aab-plugin-web -p aab-android-sim -p aab-bench
 //!   (cd bench/mobile-mcp && npm install)  # or let the bench run it when missing
-//!   target/release/aab-bench-android [--calls 100] [--json FILE] [--actions | --h5]
+//!   target/release/aab-bench-android [--calls 100] [--json FILE] [--actions | --h5 | --install]
 //!
 //! `--actions` measures the Android actions instead (src/android_actions.rs), `--h5`
-//! the WebView path against the Web provider on the same page (src/android_h5.rs).
+//! the WebView path against the Web provider on the same page (src/android_h5.rs),
+//! `--install` install-apk and permission-dialog against adb install and a blind tap
+//! (src/android_install.rs).
 //!
 //! mobile-mcp runs with MOBILEMCP_LEGACY_ROBOT=1: its adb robot (`uiautomator dump`,
 //! `screencap`, `input` over `adb`). Its default robot first waits ~5 s for an
@@ -35,6 +37,7 @@ use serde_json::{Value, json};
 
 mod android_actions;
 mod android_h5;
+mod android_install;
 mod mcp;
 use mcp::Mcp;
 
@@ -300,6 +303,11 @@ fn try_main(world: &mut Option<World>) -> Result<(), String> {
     if std::env::args().any(|a| a == "--h5") {
         let mut aab = Mcp::start(w.aab(&["mcp"]), "aab-bench-android")?;
         android_h5::run_h5(w, calls, &mut rows, &mut aab)?;
+        return write_json(arg("--json"), calls, w, &bin, &rows);
+    }
+    if std::env::args().any(|a| a == "--install") {
+        let mut aab = Mcp::start(w.aab(&["mcp"]), "aab-bench-android")?;
+        android_install::run_install(w, calls, &mut rows, &mut aab)?;
         return write_json(arg("--json"), calls, w, &bin, &rows);
     }
     if std::env::args().any(|a| a == "--actions") {
