@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::mcp::run_command as run;
 use super::{Mcp, PKG, World, port_protocol_shell, skip, stats};
 
 /// Taps land below the form's controls: recorded, no screen change.
@@ -59,16 +60,6 @@ fn tapped_at(x: i64, y: i64) -> impl Fn(&Value) -> bool {
     move |d: &Value| d["x"] == json!(x) && d["y"] == json!(y)
 }
 
-/// One aab command through the MCP `run` tool; the execution must have succeeded.
-fn run(m: &mut Mcp, command: &str, arguments: Value) -> Result<Value, String> {
-    let (v, _) = m.request("tools/call", json!({"name": "run", "arguments": {"command": command, "arguments": arguments, "extract": null}}))?;
-    let r = &v["result"];
-    let body = if r["structuredContent"].is_null() { serde_json::from_str(r["content"][0]["text"].as_str().unwrap_or("null")).unwrap_or(Value::Null) } else { r["structuredContent"].clone() };
-    if body["execution"]["ok"] != json!(true) {
-        return Err(format!("{command}: {}", v.to_string().chars().take(2000).collect::<String>()));
-    }
-    Ok(body)
-}
 
 /// Times `calls` rounds of `act`, verifying each with `verify` after the clock stopped.
 fn measure(calls: usize, mut act: impl FnMut(usize) -> Result<(), String>, mut verify: impl FnMut(usize) -> Result<(), String>) -> Result<Vec<Duration>, String> {

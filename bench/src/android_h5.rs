@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use aab_cdp::{Cdp, evaluate_value};
 use serde_json::{Value, json};
 
+use super::mcp::run_command as run;
 use super::{Mcp, PKG, World, stats};
 
 const WEB_VIEW: &str = "bench-web";
@@ -27,16 +28,6 @@ const WEB_VIEW: &str = "bench-web";
 const FLUTTER_WEB_VIEW: &str = "bench-flutter-web";
 const SDK: &str = include_str!("../../plugins/web/sdk/ai-app-bridge-web.js");
 
-/// One aab command through the MCP `run` tool; the execution must have succeeded.
-fn run(m: &mut Mcp, command: &str, arguments: Value) -> Result<Value, String> {
-    let (v, _) = m.request("tools/call", json!({"name": "run", "arguments": {"command": command, "arguments": arguments, "extract": null}}))?;
-    let r = &v["result"];
-    let body = if r["structuredContent"].is_null() { serde_json::from_str(r["content"][0]["text"].as_str().unwrap_or("null")).unwrap_or(Value::Null) } else { r["structuredContent"].clone() };
-    if body["execution"]["ok"] != json!(true) {
-        return Err(format!("{command}: {}", v.to_string().chars().take(2000).collect::<String>()));
-    }
-    Ok(body)
-}
 
 fn timed(calls: usize, mut act: impl FnMut() -> Result<(), String>, mut verify: impl FnMut() -> Result<(), String>) -> Result<Vec<Duration>, String> {
     let mut samples = Vec::with_capacity(calls);

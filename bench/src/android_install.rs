@@ -18,20 +18,12 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use sha2::Digest;
 
+use super::mcp::run_command as run;
 use super::{Mcp, PKG, World, stats};
 
 const INSTALLED: &str = "com.example.aab.benchinstall";
 const CAMERA: &str = "android.permission.CAMERA";
 
-fn run(m: &mut Mcp, command: &str, arguments: Value) -> Result<Value, String> {
-    let (v, _) = m.request("tools/call", json!({"name": "run", "arguments": {"command": command, "arguments": arguments, "extract": null}}))?;
-    let r = &v["result"];
-    let body = if r["structuredContent"].is_null() { serde_json::from_str(r["content"][0]["text"].as_str().unwrap_or("null")).unwrap_or(Value::Null) } else { r["structuredContent"].clone() };
-    if body["execution"]["ok"] != json!(true) {
-        return Err(format!("{command}: {}", v.to_string().chars().take(2000).collect::<String>()));
-    }
-    Ok(body)
-}
 
 fn sha256_hex(b: &[u8]) -> String {
     sha2::Sha256::digest(b).iter().map(|x| format!("{x:02x}")).collect()

@@ -54,6 +54,19 @@ impl Mcp {
     }
 }
 
+/// One aab command through the MCP `run` tool; the execution must have succeeded.
+/// Returns the public reply (structured content, else the text content parsed).
+#[allow(dead_code)] // used by aab-bench-android only
+pub fn run_command(m: &mut Mcp, command: &str, arguments: Value) -> Result<Value, String> {
+    let (v, _) = m.request("tools/call", json!({"name": "run", "arguments": {"command": command, "arguments": arguments, "extract": null}}))?;
+    let r = &v["result"];
+    let body = if r["structuredContent"].is_null() { serde_json::from_str(r["content"][0]["text"].as_str().unwrap_or("null")).unwrap_or(Value::Null) } else { r["structuredContent"].clone() };
+    if body["execution"]["ok"] != json!(true) {
+        return Err(format!("{command}: {}", v.to_string().chars().take(2000).collect::<String>()));
+    }
+    Ok(body)
+}
+
 impl Drop for Mcp {
     fn drop(&mut self) {
         let _ = self.child.kill();

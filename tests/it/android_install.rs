@@ -14,26 +14,16 @@ use serde_json::{Value, json};
 
 use crate::android::{SAMPLE, World, control, simulated};
 use crate::android_intent::{decision, intent_ok, intent_rejected};
+use crate::android_uia::{bundle, sha256_hex, truth};
 
 type Sim = aab_android_sim::Simulator;
 const PKG: &str = "com.example.aab.installed";
 const CAMERA: &str = "android.permission.CAMERA";
 
-fn sha256_hex(b: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(b).iter().map(|x| format!("{x:02x}")).collect()
-}
-
 /// A UIA runtime bundle of the test's own, started at the default root.
 fn uia_started(w: &World, serial: &str) {
-    let dir = w.env.root.join("uia-bundle");
-    std::fs::create_dir_all(&dir).unwrap();
-    let seed = format!("{}:{:?}", dir.display(), std::time::SystemTime::now());
-    let jar: Vec<u8> = (0..64u32).flat_map(|i| sha256_hex(format!("{seed}:{i}").as_bytes()).into_bytes()).collect();
-    std::fs::write(dir.join("ai-app-bridge-uia.jar"), &jar).unwrap();
-    let manifest = json!({"schemaVersion": "aab.uia.bundle.v1", "mainClass": "io.github.mobileaidev.aiappbridge.uia.UiaRuntime", "artifact": "ai-app-bridge-uia.jar", "sha256": sha256_hex(&jar), "minApi": 25});
-    std::fs::write(dir.join("manifest.json"), manifest.to_string()).unwrap();
-    let st = w.ok("uia-runtime", json!({"operation": "start", "serial": serial, "bundleDir": dir.display().to_string()}));
+    let (dir, _) = bundle(w, "uia-bundle", false);
+    let st = w.ok("uia-runtime", json!({"operation": "start", "serial": serial, "bundleDir": dir}));
     assert_eq!(st["running"], json!(true), "{st}");
 }
 
@@ -46,10 +36,6 @@ fn setup(w: &World) -> (Sim, String) {
 
 fn faults(w: &World, sim: &Sim, set: Value) {
     control(w, sim, json!({"op": "faults", "set": set}));
-}
-
-fn truth(w: &World, sim: &Sim, kind: &str) -> Vec<Value> {
-    control(w, sim, json!({"op": "truth", "kind": kind}))["items"].as_array().cloned().unwrap_or_default()
 }
 
 fn installs(w: &World, sim: &Sim) -> Value {

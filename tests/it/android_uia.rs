@@ -17,14 +17,14 @@ const ROOT: &str = "/data/local/tmp/ai-app-bridge-uia-test-e2e";
 const CONTROLLER: &str = "com.android.permissioncontroller";
 const CAMERA: &str = "android.permission.CAMERA";
 
-fn sha256_hex(b: &[u8]) -> String {
+pub(crate) fn sha256_hex(b: &[u8]) -> String {
     use sha2::Digest;
     sha2::Sha256::digest(b).iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// A runtime bundle of its own: random jar bytes and a manifest with their hash
 /// (`lie` puts another hash in the manifest).
-fn bundle(w: &World, name: &str, lie: bool) -> (String, String) {
+pub(crate) fn bundle(w: &World, name: &str, lie: bool) -> (String, String) {
     let dir = w.env.root.join(name);
     std::fs::create_dir_all(&dir).unwrap();
     // Bytes no other run has: the hash of this directory and the clock, repeated.
@@ -38,7 +38,7 @@ fn bundle(w: &World, name: &str, lie: bool) -> (String, String) {
     (dir.display().to_string(), sha)
 }
 
-fn truth(w: &World, sim: &Sim, kind: &str) -> Vec<Value> {
+pub(crate) fn truth(w: &World, sim: &Sim, kind: &str) -> Vec<Value> {
     control(w, sim, json!({"op": "truth", "kind": kind}))["items"].as_array().cloned().unwrap_or_default()
 }
 

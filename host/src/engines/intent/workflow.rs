@@ -95,31 +95,39 @@ pub(super) async fn settle(host: &Host, op: &Arc<Op>) {
         Err(e) => json!({"settled": false, "checkError": e.to_json()}),
     };
     let settled = answer.get("settled") == Some(&json!(true));
-    let terminal = {
+    let (changed, terminal) = {
         let mut st = op.st.lock().expect("intent state");
-        if let Some(wf) = &mut st.workflow {
-            wf.answer = answer.clone();
+        let changed = st.workflow.as_mut().is_some_and(|wf| std::mem::replace(&mut wf.answer, answer.clone()) != answer);
+        if changed {
+            st.event("workflow_checked", json!({"settled": settled, "succeeded": answer.get("succeeded"), "error": answer.get("error")}));
         }
-        st.event("workflow_checked", json!({"settled": settled, "succeeded": answer.get("succeeded"), "error": answer.get("error")}));
-        if !settled || st.status.is_terminal() || st.status.is_stopping() {
-            None
-        } else {
+        let ends = settled && !st.status.is_terminal() && !st.status.is_stopping();
+        if ends {
             st.status = Status::Finishing;
-            Some(if answer.get("succeeded") == Some(&json!(true)) {
-                (Status::Completed, None)
-            } else if answer.get("ambiguous") == Some(&json!(true)) {
-                (Status::Ambiguous, Some(answer.get("error").and_then(Value::as_str).unwrap_or("intent_workflow_ambiguous").to_string()))
-            } else {
-                (Status::Failed, Some(answer.get("error").and_then(Value::as_str).unwrap_or("intent_workflow_failed").to_string()))
-            })
         }
+        (changed, ends.then(|| terminal_of(&answer)))
     };
-    let payload = json!({"stepId": "workflow-check", "payloadSummary": {"command": command, "answer": answer}});
-    if let Ok((eid, _)) = persist(&op.facts, &op.id, "checkpoint", payload).await {
-        op.st.lock().expect("intent state").latest.insert("workflowCheck".into(), json!(eid));
+    // Evidence of each new answer only: a status poll that learns nothing writes nothing.
+    if changed {
+        let payload = json!({"stepId": "workflow-check", "payloadSummary": {"command": command, "answer": answer}});
+        if let Ok((eid, _)) = persist(&op.facts, &op.id, "checkpoint", payload).await {
+            op.st.lock().expect("intent state").latest.insert("workflowCheck".into(), json!(eid));
+        }
     }
     if let Some((status, error)) = terminal {
         finish(op, status, error).await;
+    }
+}
+
+/// The terminal status a settled answer gives the Intent.
+fn terminal_of(answer: &Value) -> (Status, Option<String>) {
+    let error = |default: &str| Some(answer.get("error").and_then(Value::as_str).unwrap_or(default).to_string());
+    if answer.get("succeeded") == Some(&json!(true)) {
+        (Status::Completed, None)
+    } else if answer.get("ambiguous") == Some(&json!(true)) {
+        (Status::Ambiguous, error("intent_workflow_ambiguous"))
+    } else {
+        (Status::Failed, error("intent_workflow_failed"))
     }
 }
 

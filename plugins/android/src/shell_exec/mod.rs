@@ -161,25 +161,7 @@ pub async fn run_argv(ctx: &Context<'_>, device: &Device, deadline: Deadline, st
 /// the action, mark the dispatch) and may refuse.
 pub async fn run_job(device: &Device, deadline: Deadline, step: Duration, job: &Job, dispatch: impl FnOnce(&str) -> Result<(), ProviderError>) -> Result<ShellRun, ProviderError> {
     let job = job.clone();
-    let mut trips = Vec::new();
-    let budget_ms = deadline.remaining().saturating_sub(CANCEL_RESERVE).as_millis() as u64;
-    let prepared = timed(&mut trips, "prepare", client::run(device, &scripts::prepare(&job, budget_ms), deadline.capped(step))).await.map_err(|e| e.not_dispatched())?;
-    refuse_unless_ok(&prepared)?;
-    let epoch = prepared.str("runtimeEpoch").to_string();
-    let phone_deadline = prepared.0["deadlineUptimeMs"].as_u64().unwrap_or(0);
-    let identity = scripts::identity_text(&job, &epoch, phone_deadline);
-    dispatch(&epoch)?;
-    let wait = START_WAIT_MS.min(deadline.remaining().saturating_sub(CANCEL_RESERVE).as_millis() as u64);
-    let started = timed(&mut trips, "start", client::run(device, &scripts::start(&job, &epoch, &identity, wait), deadline.capped(step))).await;
-    let mut last = match started {
-        Ok(r) if r.0["ok"] == json!(false) => {
-            // A start guard refused: the worker was not launched by this call.
-            return Err(ProviderError::new(r.str("error"), format!("the shell worker refused to start job {}", job.job_id)).with_details(json!({"reply": r.0, "jobId": job.job_id})).not_dispatched());
-        }
-        Ok(r) => Some(r),
-        // The reply is lost, not the job: from here on only queries.
-        Err(_) => None,
-    };
+    let (epoch, mut trips, mut last) = start_job(device, deadline, step, &job, dispatch).await?;
     loop {
         if let Some(r) = &last {
             if r.0["settled"] == json!(true) {
@@ -216,6 +198,15 @@ pub struct Submitted {
 /// prepare → `dispatch` (record + mark) → start with a short wait. A lost start
 /// reply is still submitted (the job may run): only the phone's receipt says.
 pub async fn submit_job(device: &Device, deadline: Deadline, step: Duration, job: &Job, dispatch: impl FnOnce(&str) -> Result<(), ProviderError>) -> Result<Submitted, ProviderError> {
+    let (epoch, trips, started) = start_job(device, deadline, step, job, dispatch).await?;
+    let settled = started.is_some_and(|r| r.0["settled"] == json!(true));
+    Ok(Submitted { runtime_epoch: epoch, round_trips: trips, settled })
+}
+
+/// The start of every job: prepare (a refusal is not dispatched) → `dispatch` →
+/// start with a short wait for the receipt. Returns the boot id, the round trips
+/// and the start reply (`None`: lost, the job may run; only queries from here on).
+async fn start_job(device: &Device, deadline: Deadline, step: Duration, job: &Job, dispatch: impl FnOnce(&str) -> Result<(), ProviderError>) -> Result<(String, Vec<Value>, Option<Reply>), ProviderError> {
     let mut trips = Vec::new();
     let budget_ms = deadline.remaining().saturating_sub(CANCEL_RESERVE).as_millis() as u64;
     let prepared = timed(&mut trips, "prepare", client::run(device, &scripts::prepare(job, budget_ms), deadline.capped(step))).await.map_err(|e| e.not_dispatched())?;
@@ -227,11 +218,12 @@ pub async fn submit_job(device: &Device, deadline: Deadline, step: Duration, job
     let wait = START_WAIT_MS.min(deadline.remaining().saturating_sub(CANCEL_RESERVE).as_millis() as u64);
     let started = timed(&mut trips, "start", client::run(device, &scripts::start(job, &epoch, &identity, wait), deadline.capped(step))).await;
     match started {
+        // A start guard refused: the worker was not launched by this call.
         Ok(r) if r.0["ok"] == json!(false) => {
             Err(ProviderError::new(r.str("error"), format!("the shell worker refused to start job {}", job.job_id)).with_details(json!({"reply": r.0, "jobId": job.job_id})).not_dispatched())
         }
-        Ok(r) => Ok(Submitted { runtime_epoch: epoch, round_trips: trips, settled: r.0["settled"] == json!(true) }),
-        Err(_) => Ok(Submitted { runtime_epoch: epoch, round_trips: trips, settled: false }),
+        Ok(r) => Ok((epoch, trips, Some(r))),
+        Err(_) => Ok((epoch, trips, None)),
     }
 }
 
@@ -248,10 +240,7 @@ pub async fn query_job(device: &Device, deadline: Deadline, job: &Job) -> Result
     if r.0["settled"] != json!(true) {
         return Ok(JobState::Pending(r));
     }
-    let receipt = decode_receipt(&r)?;
-    if receipt["jobId"] != json!(job.job_id) || receipt["actionId"] != json!(job.action_id) || receipt["commandSha256"] != json!(job.command_sha256) {
-        return Err(ProviderError::new(codes::SHELL_PROTOCOL_ERROR, "the shell receipt belongs to another job").with_details(json!({"receipt": receipt, "jobId": job.job_id})));
-    }
+    let receipt = job_receipt(&r, job)?;
     let stdout = r.b64("stdout")?;
     Ok(JobState::Settled { reply: r, receipt, stdout })
 }
@@ -285,6 +274,15 @@ async fn runtime_changed(device: &Device, deadline: Deadline, step: Duration, jo
     Err(e)
 }
 
+/// The settled reply's receipt, which must be this job's (ids and command hash).
+fn job_receipt(r: &Reply, job: &Job) -> Result<Value, ProviderError> {
+    let receipt = decode_receipt(r)?;
+    if receipt["jobId"] != json!(job.job_id) || receipt["actionId"] != json!(job.action_id) || receipt["commandSha256"] != json!(job.command_sha256) {
+        return Err(ProviderError::new(codes::SHELL_PROTOCOL_ERROR, "the shell receipt belongs to another job").with_details(json!({"receipt": receipt, "jobId": job.job_id})));
+    }
+    Ok(receipt)
+}
+
 fn decode_receipt(r: &Reply) -> Result<Value, ProviderError> {
     let bytes = r.b64("receipt")?;
     serde_json::from_slice(&bytes).map_err(|e| ProviderError::new(codes::SHELL_PROTOCOL_ERROR, format!("the shell receipt is not JSON: {e}")))
@@ -293,10 +291,7 @@ fn decode_receipt(r: &Reply) -> Result<Value, ProviderError> {
 /// A settled reply: check the receipt is this job's, acknowledge it, and turn a
 /// non-dispatch receipt into its error.
 async fn finish(device: &Device, deadline: Deadline, step: Duration, job: &Job, r: &Reply, mut trips: Vec<Value>) -> Result<ShellRun, ProviderError> {
-    let receipt = decode_receipt(r)?;
-    if receipt["jobId"] != json!(job.job_id) || receipt["actionId"] != json!(job.action_id) || receipt["commandSha256"] != json!(job.command_sha256) {
-        return Err(ProviderError::new(codes::SHELL_PROTOCOL_ERROR, "the shell receipt belongs to another job").with_details(json!({"receipt": receipt, "jobId": job.job_id})));
-    }
+    let receipt = job_receipt(r, job)?;
     let acknowledged = acknowledge(device, deadline.capped(step), job, r, &mut trips).await.is_ok();
     if receipt["dispatched"] != json!(true) {
         let code = receipt["error"].as_str().unwrap_or(codes::SHELL_PROTOCOL_ERROR).to_string();
