@@ -1,0 +1,1 @@
+//! The sdk peer's identity (written by its plugin's engineer).

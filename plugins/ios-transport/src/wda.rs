@@ -1,0 +1,1 @@
+//! The wda peer's identity (written by its plugin's engineer).

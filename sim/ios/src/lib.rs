@@ -1,0 +1,1 @@
+//! aab-ios-sim (scaffold; see README.md).
