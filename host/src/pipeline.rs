@@ -115,6 +115,11 @@ pub fn flag_set(value: &Value) -> bool {
     }
 }
 
+/// Manifest feature: the plugin maps device arguments to a physical device key (hook `device-key`).
+pub const DEVICE_KEY_FEATURE: &str = "device-ownership.device-key";
+/// Manifest feature: a command's `operation:"reconcile"` is device-ownership reconcile.
+pub const RECONCILE_OPERATION_FEATURE: &str = "device-ownership.reconcile-operation";
+
 /// The physical device a mutation is bound to, from the command's device key. The
 /// command's schema decides whether the device arguments are required (the registry
 /// is the only validator); a mutation that names no device takes no journal.
@@ -219,6 +224,10 @@ impl ExecutionHost {
         let mutation = is_mutation(command, &arguments);
         let device = if mutation { device_of(command, &arguments)? } else { None };
         let now = Instant::now();
+        let device = match device {
+            Some(raw) => Some(self.canonical_device_key(command, &arguments, raw, now + timeout_of(command, &arguments)).await?),
+            None => None,
+        };
         let requested_at_ms = crate::ids::now_ms();
         let mut timeout = timeout_of(command, &arguments);
         let mut deadline = now + timeout;
@@ -344,6 +353,28 @@ impl ExecutionHost {
             return ExecOutcome::Failed(CommandError::new("plugin_unavailable", format!("plugin `{plugin}` is not loaded")));
         };
         let action_id = action_id.to_string();
+        if arguments.get("operation").and_then(Value::as_str) == Some("reconcile") && self.catalog.plugin_has_feature(&plugin, RECONCILE_OPERATION_FEATURE) {
+            // The plugin's `operation:"reconcile"` is the host's device-ownership
+            // reconcile of the device it names (only the host holds the journal).
+            let raw = match device_of(command, &arguments) {
+                Ok(Some(raw)) => raw,
+                Ok(None) => return ExecOutcome::Failed(CommandError::invalid(command.spec.device_key.first().map_or("deviceId", String::as_str), "reconcile names the device whose journal it settles")),
+                Err(e) => return ExecOutcome::Failed(e),
+            };
+            let key = match self.canonical_device_key(command, &arguments, raw, deadline).await {
+                Ok(k) => k,
+                Err(e) => return ExecOutcome::Failed(e),
+            };
+            return match self.reconcile(key, deadline).await {
+                ExecOutcome::Json(mut v) => {
+                    v["command"] = json!(name);
+                    v["deviceKey"] = v["serial"].take();
+                    v.as_object_mut().map(|o| o.remove("serial"));
+                    ExecOutcome::Json(v)
+                }
+                other => other,
+            };
+        }
         let guard = match &device {
             None => None,
             Some(serial) => {
@@ -413,6 +444,28 @@ impl ExecutionHost {
             }
         }
         outcome
+    }
+
+    /// The ownership key of the device a command names. A plugin whose device
+    /// arguments are aliases (an iOS `deviceId` may be a CoreDevice identifier, a
+    /// UDID, a serial or a name) declares feature `device-ownership.device-key` and
+    /// answers hook `device-key` with the physical device's key (`ios:<UDID>`), so
+    /// every alias shares one journal. Others use the argument as given.
+    async fn canonical_device_key(&self, command: &RegisteredCommand, arguments: &Value, raw: String, deadline: Instant) -> Result<String, CommandError> {
+        let CommandOrigin::Plugin { name: plugin, .. } = &command.origin else { return Ok(raw) };
+        if !self.catalog.plugin_has_feature(plugin, DEVICE_KEY_FEATURE) {
+            return Ok(raw);
+        }
+        let Some(module) = self.catalog.modules.get(plugin).cloned() else { return Ok(raw) };
+        let request = json!({"command": command.spec.command, "arguments": arguments, "deviceKey": raw});
+        let answer = call_hook(module, plugin, "device-key", &request, deadline, &self.runtime_id, self.facts.clone(), self.plugin_data.clone()).await.map_err(|mut e| {
+            e.dispatched = Some(false);
+            e
+        })?;
+        match answer.get("deviceKey").and_then(Value::as_str) {
+            Some(k) if !k.is_empty() && k.len() <= 1024 => Ok(k.to_string()),
+            _ => Err(CommandError::new(codes::PLUGIN_OUTPUT_INVALID, format!("plugin `{plugin}` answered device-key without a deviceKey")).with_details(json!({"answer": answer}))),
+        }
     }
 
     /// Run a built-in through the handler registered with its spec.
@@ -731,7 +784,14 @@ pub async fn call_hook(
         Ok(outcome.value.unwrap_or(Value::Null))
     } else {
         let e = outcome.error.unwrap_or_else(|| aab_plugin_api::ProviderError::new(codes::PLUGIN_OUTPUT_INVALID, "failed outcome without an error"));
-        Err(CommandError::new(e.error, e.message))
+        let mut out = CommandError::new(e.error, e.message);
+        if let Some(f) = e.field {
+            out = out.with_field(f);
+        }
+        if let Some(d) = e.details {
+            out = out.with_details(d);
+        }
+        Err(out)
     }
 }
 

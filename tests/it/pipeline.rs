@@ -250,6 +250,32 @@ fn deadline_after_dispatch_leaves_the_device_unresolved_across_processes() {
 /// lost: ambiguous, unresolved; forced wrong-action (`mismatch`) or `idle` answers do
 /// not release it; the matching receipt does (`recovered:true`) and mutations work
 /// again, from both processes.
+/// A plugin with feature `device-ownership.device-key` maps device aliases to one
+/// physical key before admission: a lost reply on `D` blocks a mutation naming
+/// `alias-of-D`, an unknown device is refused before any journal exists, and
+/// reconcile through either name settles the one journal.
+#[test]
+fn device_aliases_share_one_ownership_journal() {
+    let env = TestEnv::new();
+    env.install_fixtures();
+    let receipts = env.root.join("receipts");
+    use_receipts(&env, &receipts);
+    let serial = "dev-aliased";
+    let run = env.aab(&["fixture-sleep", "--duration-ms", "20", "--dispatch-first", "true", "--lose-reply", "true", "--device", serial, "--timeout-ms", "1500"]);
+    expect_deadline_after_mark(&env, &run, "reply_lost", "a lost reply ends at the deadline");
+    expect_phase(&env, serial, "unresolved");
+    let alias = format!("alias-of-{serial}");
+    expect_mutation_refused(&env, &alias, "a1", "device_ownership_unresolved", "a mutation naming the same device by its alias");
+    let run = env.aab(&["fixture-sleep", "--duration-ms", "0", "--device", "unknown-device", "--tag", "x"]);
+    expect_failure(&env, &run, "fixture_device_unknown", Dispatch::No, "an unknown device is refused before admission");
+    env.check(!env.journal_path(&alias).exists() && !env.journal_path("unknown-device").exists(), &run, "aliases and unknown devices get no journal of their own");
+    expect_phase(&env, serial, "unresolved");
+    let run = reconcile(&env, serial);
+    env.expect_ok(&run, "reconcile by the canonical key settles the aliased device");
+    expect_mutation_ok(&env, &alias, "the alias mutates again once reconciled");
+    env.check(!env.journal_path(&alias).exists() && env.journal_path(serial).exists(), &run, "the alias still shares the device's one journal");
+}
+
 #[test]
 fn lost_reply_is_unresolved_until_its_durable_receipt_reconciles_it() {
     let env = TestEnv::new();

@@ -148,6 +148,11 @@ impl Catalog {
             .find_map(|m| m.intent_workflows.iter().find(|w| w.command == command).map(|w| (m.name.clone(), w.clone())))
     }
 
+    /// Whether the loaded plugin `plugin` declares manifest feature `feature`.
+    pub fn plugin_has_feature(&self, plugin: &str, feature: &str) -> bool {
+        self.reports.iter().filter(|r| r.error.is_none()).filter_map(|r| r.manifest.as_ref()).any(|m| m.name == plugin && m.features.iter().any(|f| f == feature))
+    }
+
     pub fn intent_providers(&self) -> Vec<(String, aab_plugin_api::protocol::IntentProvider)> {
         self.reports
             .iter()
