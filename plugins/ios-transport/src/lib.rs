@@ -11,6 +11,7 @@
 //!   can have reached it (a mutation's dispatch depends on that).
 //! - [`sdk`]: the app SDK's identity (`aab.ios-runtime/v1`).
 //! - [`wda`]: the Runner's identity (`aab.ios-wda/v1`).
+//! - [`ownership`]: the physical-device key (`ios:<UDID>`) of hook `device-key`.
 //!
 //! Errors are the plugin SDK's [`ProviderError`] with stable codes ([`codes`]).
 
@@ -20,6 +21,7 @@ pub use aab_plugin_api::ProviderError;
 
 pub mod devicectl;
 pub mod http;
+pub mod ownership;
 pub mod sdk;
 pub mod wda;
 

@@ -1,25 +1,48 @@
-//! aab provider plugin for the prepared WebDriverAgent runner.
+//! aab provider plugin for the prepared WebDriverAgent Runner on iOS devices
+//! (protocols §5): the Runner's status and sessions, its JSON accessibility tree,
+//! coordinate and native-element actions, orientation, and `ios-setup` (the
+//! prepared project and its `xcodebuild` runs).
 //!
-//! The provider is not implemented yet, so the plugin advertises **no commands**:
-//! aab never lists a command that cannot execute. It still loads, reports its name
-//! and platform, and takes part in bundles and fingerprints, so packaging is proven
-//! before the provider lands.
+//! Layout: [`manifest`] (the shared schema pieces and the `native` Intent provider
+//! of the `ios` platform), [`runner`] (opening a verified Runner, the session
+//! check and managed actions), [`native_target`] (the source tree, selectors and
+//! `aab.ios-native-target/v1`), [`commands`] (typed commands), [`reconcile`] (the
+//! `device-ownership reconcile` hook). The wire protocol itself (descriptor,
+//! headers, bindings, execution shapes, action records) is the shared transport's
+//! `aab_ios_transport::wda`, because the `ios` plugin reconciles WDA actions too.
 
-use aab_plugin_api::{Context, Invocation, Manifest, Provider, ProviderError, Reply};
+// `ProviderError` is the SDK's error type; the transport returns it by value.
+#![allow(clippy::result_large_err)]
 
-pub struct PendingProvider;
+mod commands;
+mod manifest;
+mod native_target;
+mod prepared;
+mod reconcile;
+mod runner;
+mod xcodebuild;
 
-impl Provider for PendingProvider {
+use aab_plugin_api::{Commands, Context, Manifest, Provider, ProviderError};
+
+pub struct WdaProvider;
+
+impl Provider for WdaProvider {
     fn manifest(&self) -> Manifest {
-        let mut m = Manifest::new("wda", env!("CARGO_PKG_VERSION"));
-        m.platforms = vec!["ios".to_string()];
-        m
+        manifest::manifest()
     }
 
-    async fn invoke(&self, _ctx: &Context<'_>, invocation: Invocation) -> Result<Reply, ProviderError> {
-        // Unreachable through the host (no command is advertised); answer honestly anyway.
-        Err(ProviderError::new("unknown_command", format!("plugin `wda` implements no command `{}` yet", invocation.command)).not_dispatched())
+    fn commands(&self) -> Commands<Self> {
+        commands::list()
+    }
+
+    async fn hook(&self, ctx: &Context<'_>, method: &str, request: serde_json::Value) -> Result<serde_json::Value, ProviderError> {
+        match method {
+            "reconcile" => reconcile::reconcile(ctx, request).await,
+            // One journal and one lane per phone, whatever alias names it.
+            "device-key" => aab_ios_transport::ownership::device_key(&request, aab_ios_transport::Deadline::after(ctx.remaining())).await,
+            other => Err(ProviderError::new(aab_plugin_api::codes::UNSUPPORTED_PLUGIN_METHOD, format!("the wda plugin does not implement `{other}`")).not_dispatched()),
+        }
     }
 }
 
-aab_plugin_api::export_provider!(PendingProvider, || PendingProvider);
+aab_plugin_api::export_provider!(WdaProvider, || WdaProvider);
