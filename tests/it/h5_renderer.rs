@@ -398,7 +398,7 @@ fn h5_renderer_navigation_requires_a_new_observation() {
 }
 
 #[test]
-fn h5_renderer_eval_scroll_by_and_the_flutter_prefix() {
+fn h5_renderer_eval_scroll_by_and_the_flutter_and_ios_prefixes() {
     let mut p = Page::with_body(FORM);
     let dom = p.snapshot();
     let page = Page::page_ref(&dom);
@@ -428,6 +428,11 @@ fn h5_renderer_eval_scroll_by_and_the_flutter_prefix() {
     assert_refused(&r, "flutter_h5_target_not_clickable", false);
     // The Android state is untouched by it.
     assert_eq!(p.snapshot()["documentId"], json!(SEED));
-    let r = p.render(json!({"operation": "snapshot", "seed": SEED, "errorPrefix": "ios_h5_"}));
+    // The iOS prefix (WKWebView) has its own state too; an unknown prefix has none.
+    let i = p.render(json!({"operation": "snapshot", "seed": "ios-seed", "errorPrefix": "ios_h5_"}));
+    assert_eq!(i["dom"]["documentId"], json!("ios-seed"), "{i}");
+    assert_eq!(p.eval("typeof window.__aabIOSH5TargetV1"), json!("object"));
+    assert_eq!(p.snapshot()["documentId"], json!(SEED));
+    let r = p.render(json!({"operation": "snapshot", "seed": SEED, "errorPrefix": "other_h5_"}));
     assert_refused(&r, "invalid_h5_request", false);
 }

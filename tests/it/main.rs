@@ -26,6 +26,7 @@ mod h5_renderer;
 mod foundation;
 mod hostile;
 mod intent;
+mod ios;
 mod ios_wda;
 mod intent_fixture;
 mod isolation;

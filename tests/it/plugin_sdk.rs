@@ -425,7 +425,7 @@ fn manifests_match_their_snapshots() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("snapshots");
     let update = std::env::var("AAB_UPDATE_SNAPSHOTS").is_ok_and(|v| v == "1");
     let mut stale = Vec::new();
-    for (krate, name) in [("aab_plugin_android", "android"), ("aab_plugin_web", "web"), ("aab_fixture_fixture", "fixture"), ("aab_fixture_misbehaving", "misbehaving")] {
+    for (krate, name) in [("aab_plugin_android", "android"), ("aab_plugin_ios", "ios"), ("aab_plugin_wda", "wda"), ("aab_plugin_web", "web"), ("aab_fixture_fixture", "fixture"), ("aab_fixture_misbehaving", "misbehaving")] {
         let plugin = if name == "misbehaving" { misbehaving() } else { load(krate) };
         let mut actual = serde_json::to_string_pretty(&plugin.manifest).expect("manifest JSON");
         actual.push('\n');

@@ -1,25 +1,45 @@
-//! aab provider plugin for the iOS SDK (devicectl + SDK HTTP).
+//! aab provider plugin for the iOS app SDK (devicectl + SDK HTTP).
 //!
-//! The provider is not implemented yet, so the plugin advertises **no commands**:
-//! aab never lists a command that cannot execute. It still loads, reports its name
-//! and platform, and takes part in bundles and fingerprints, so packaging is proven
-//! before the provider lands.
+//! Layout: [`runtime`] (a call's target turned into a verified connection through
+//! `aab_ios_transport::sdk`: devicectl, device selection, tunnel checks,
+//! descriptor copy and validation, identity headers, `runtimeBinding` checks),
+//! [`managed`] (the managed H5/Flutter write: preflight, action record, dispatch
+//! mark, one POST, recovery only from the original completion), [`h5`] and
+//! [`flutter`] (binding a caller's selector to a fresh observation),
+//! [`reconcile`] (the hook), [`manifest`] (specs, Intent providers) and
+//! [`commands`] (typed commands; the list is `commands::list`).
 
-use aab_plugin_api::{Context, Invocation, Manifest, Provider, ProviderError, Reply};
+// `ProviderError` is the SDK's error type; the transport returns it by value.
+#![allow(clippy::result_large_err)]
 
-pub struct PendingProvider;
+mod commands;
+mod flutter;
+mod h5;
+mod managed;
+mod manifest;
+mod reconcile;
+mod runtime;
 
-impl Provider for PendingProvider {
+use aab_plugin_api::{Commands, Context, Manifest, Provider, ProviderError};
+
+pub struct IosProvider;
+
+impl Provider for IosProvider {
     fn manifest(&self) -> Manifest {
-        let mut m = Manifest::new("ios", env!("CARGO_PKG_VERSION"));
-        m.platforms = vec!["ios".to_string()];
-        m
+        manifest::manifest()
     }
 
-    async fn invoke(&self, _ctx: &Context<'_>, invocation: Invocation) -> Result<Reply, ProviderError> {
-        // Unreachable through the host (no command is advertised); answer honestly anyway.
-        Err(ProviderError::new("unknown_command", format!("plugin `ios` implements no command `{}` yet", invocation.command)).not_dispatched())
+    fn commands(&self) -> Commands<Self> {
+        commands::list()
+    }
+
+    async fn hook(&self, ctx: &Context<'_>, method: &str, request: serde_json::Value) -> Result<serde_json::Value, ProviderError> {
+        match method {
+            "reconcile" => reconcile::reconcile(ctx, request).await,
+            "device-key" => reconcile::device_key(ctx, request).await,
+            other => Err(ProviderError::new(aab_plugin_api::codes::UNSUPPORTED_PLUGIN_METHOD, format!("the ios plugin does not implement `{other}`")).not_dispatched()),
+        }
     }
 }
 
-aab_plugin_api::export_provider!(PendingProvider, || PendingProvider);
+aab_plugin_api::export_provider!(IosProvider, || IosProvider);

@@ -385,7 +385,7 @@
   // height = the CSS viewport, scrollX/scrollY, bounds = the element's rect); the
   // final `action` recomputes the geometry and acts only when it is identical.
 
-  var H5_STATE_KEYS = { android_h5_: '__aabAndroidH5TargetV1', flutter_h5_: '__aabFlutterH5TargetV1' };
+  var H5_STATE_KEYS = { android_h5_: '__aabAndroidH5TargetV1', ios_h5_: '__aabIOSH5TargetV1', flutter_h5_: '__aabFlutterH5TargetV1' };
   var H5_LIMITS = { controls: 1000, scan: 5000, text: 500, value: 500, bodyText: 20000, title: 1024 };
   var H5_IDENTITY_KEYS = ['elementId', 'tag', 'id', 'name', 'type', 'text', 'ariaLabel', 'href'];
 

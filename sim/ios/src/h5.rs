@@ -9,7 +9,7 @@
 //! points through the WebView's frame and page zoom; the native view at that
 //! point must be the WebView, not the toolbar over it). Effects land in truth.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
@@ -21,7 +21,6 @@ use crate::util::{now_ms, uuid_upper};
 
 const SDK_JS: &str = include_str!("../../../plugins/web/sdk/ai-app-bridge-web.js");
 const PREFIX: &str = "ios_h5_";
-const STATE_KEY: &str = "__aabIOSH5TargetV1";
 /// The snapshot turn's bound (`h5_dom_timeout`). The SDK allows 1.5 s; Chromium on a
 /// loaded 2-core test machine gets more so the simulator does not fail spuriously.
 const DOM_TIMEOUT: Duration = Duration::from_secs(5);
@@ -38,13 +37,7 @@ fn fail(code: &str) -> Value {
 /// The shared renderer with the iOS state key registered (the Web SDK file
 /// knows the Android and Flutter prefixes; the iOS SDK embeds its own key).
 fn renderer_source() -> &'static str {
-    static SRC: OnceLock<String> = OnceLock::new();
-    SRC.get_or_init(|| {
-        if SDK_JS.contains(STATE_KEY) {
-            return SDK_JS.to_string();
-        }
-        SDK_JS.replacen("flutter_h5_: '__aabFlutterH5TargetV1'", &format!("flutter_h5_: '__aabFlutterH5TargetV1', {PREFIX}: '{STATE_KEY}'"), 1)
-    })
+    SDK_JS
 }
 
 async fn render(host: &crate::web::WebHost, view: &crate::web::View, request: Value, limit: Duration) -> Result<Value, Option<String>> {
@@ -343,10 +336,12 @@ pub async fn control(dev: &Arc<Device>, bundle: &str, web_view_id: Option<&str>,
 
 #[cfg(test)]
 mod tests {
-    use super::renderer_source;
+    use super::{PREFIX, renderer_source};
+    /// The renderer's per-page state key for the `ios_h5_` prefix (in the shared SDK file).
+    const STATE_KEY: &str = "__aabIOSH5TargetV1";
 
     #[test]
     fn the_renderer_knows_the_ios_prefix() {
-        assert!(renderer_source().contains("ios_h5_: '__aabIOSH5TargetV1'"));
+        assert!(renderer_source().contains(&format!("{PREFIX}: '{STATE_KEY}'")));
     }
 }
