@@ -76,21 +76,6 @@ pub async fn reconcile(ctx: &Context<'_>, request: Value) -> Result<Value, Provi
     Ok(unsettled("no_action_record", json!({"actionId": host_action_id, "command": pending.get("command"), "note": "only managed SDK (H5, Flutter) and WDA actions keep a durable completion; devicectl installs and launches cannot be proven after the fact"})))
 }
 
-/// The `device-key` hook: the physical device a mutation's `deviceId` names, so
-/// every alias (CoreDevice identifier, UDID, serial, name) shares one journal and
-/// one lane: `{"deviceKey": "ios:<UDID>"}`. A device devicectl cannot resolve is
-/// the command's rejection (not dispatched, no journal).
-pub async fn device_key(ctx: &Context<'_>, request: Value) -> Result<Value, ProviderError> {
-    let Some(raw) = request.get("deviceKey").and_then(Value::as_str) else {
-        return Err(ProviderError::new("invalid_argument", "device-key needs deviceKey").with_field("deviceId").not_dispatched());
-    };
-    let dc = Devicectl::resolve(request.pointer("/arguments/devicectl").and_then(Value::as_str));
-    let deadline = Deadline::after(ctx.remaining());
-    let devices = dc.list_devices(aab_ios_transport::devicectl::step(deadline, 30)).await?;
-    let device = aab_ios_transport::select_device(&devices, raw)?;
-    Ok(json!({"deviceKey": format!("ios:{}", device.udid), "identifier": device.identifier, "udid": device.udid}))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
