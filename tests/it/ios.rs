@@ -9,49 +9,26 @@
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use aab_e2e::{Run, TestEnv, error_facts, flags};
+use aab_e2e::{error_facts, flags};
 use serde_json::{Value, json};
 
-const APP: &str = "com.example.aab.ios";
-const OTHER: &str = "com.example.aab.other";
+use crate::ios_world::{APP, OTHER, World, with};
 
-/// aab with the ios plugin, pointed at one simulated iPhone through its devicectl double.
-struct World {
-    env: TestEnv,
-    sim: aab_ios_sim::Simulator,
-    rt: tokio::runtime::Runtime,
-    udid: String,
+/// The SDK plugin alone (the ownership test adds `wda`).
+fn ios_world() -> World {
+    World::new(&[("aab_plugin_ios", "ios")])
 }
 
+/// What only the SDK tests ask of the simulator.
 impl World {
-    fn new() -> World {
-        let env = TestEnv::new();
-        env.install_plugin("aab_plugin_ios", "ios");
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let sim = rt.block_on(aab_ios_sim::Simulator::start(aab_ios_sim::Options::default())).expect("start the iOS simulator (cargo build -p aab-ios-sim)");
-        env.set_env("AI_APP_BRIDGE_DEVICECTL", sim.devicectl().display().to_string());
-        let udid = sim.devices[0].udid.clone();
-        World { env, sim, rt, udid }
-    }
-
-    fn control(&self, req: Value) -> Value {
-        let v = self.rt.block_on(self.sim.control(req.clone()));
-        assert_eq!(v["ok"], json!(true), "control {req}: {v}");
-        v
-    }
-
     fn faults(&self, set: Value) {
         self.control(json!({"op": "faults", "clear": true, "set": set}));
     }
 
     /// The simulator's own record of an app (pid, runtimeEpoch, port, screen, engine).
     fn app(&self, bundle: &str) -> Value {
-        let state = self.control(json!({"op": "state"}));
+        let state = self.state();
         state["apps"].as_array().unwrap().iter().find(|a| a["bundleId"] == json!(bundle)).cloned().unwrap_or_else(|| panic!("no app {bundle} in {state}"))
-    }
-
-    fn truth(&self, kind: &str) -> Vec<Value> {
-        self.control(json!({"op": "truth", "kind": kind}))["items"].as_array().cloned().unwrap_or_default()
     }
 
     /// Ground truth: the effects of `kind` (h5, flutter) caused by `action_id`.
@@ -72,43 +49,6 @@ impl World {
         json!({"deviceId": self.udid, "bundleId": APP})
     }
 
-    fn run(&self, command: &str, args: Value) -> (Value, Run) {
-        let mut argv = vec![command.to_string()];
-        argv.extend(flags(&args));
-        let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
-        let run = self.env.aab(&refs);
-        let body = self.env.json_of(&run);
-        (body, run)
-    }
-
-    #[track_caller]
-    fn ok(&self, command: &str, args: Value) -> Value {
-        let (body, run) = self.run(command, args);
-        self.env.check(run.exit() == 0 && body.pointer("/execution/ok") == Some(&json!(true)), &run, &format!("{command} should succeed"));
-        body["value"].clone()
-    }
-
-    /// The command fails with `code`; returns the error facts.
-    #[track_caller]
-    fn fails_with(&self, command: &str, args: Value, code: &str) -> Value {
-        let (body, run) = self.run(command, args);
-        let facts = error_facts(&body).clone();
-        self.env.check(run.exit() != 0 && facts["error"] == json!(code), &run, &format!("{command} should fail with {code}"));
-        facts
-    }
-
-    /// The command fails with `code`, never dispatched.
-    #[track_caller]
-    fn refused(&self, command: &str, args: Value, code: &str) -> Value {
-        let facts = self.fails_with(command, args, code);
-        assert_eq!((facts["dispatched"].clone(), facts["ambiguous"].clone()), (json!(false), json!(false)), "{command}: {facts}");
-        facts
-    }
-
-    fn phase(&self) -> Value {
-        self.ok("device-ownership", json!({"operation": "status", "serial": format!("ios:{}", self.udid)}))["phase"].clone()
-    }
-
     /// Poll the truth log until `pred` holds (bounded; the simulator is asynchronous).
     fn wait_truth(&self, kind: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
         let until = Instant::now() + Duration::from_secs(20);
@@ -120,14 +60,6 @@ impl World {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
-}
-
-fn with(base: &Value, extra: Value) -> Value {
-    let mut a = base.clone();
-    if let (Value::Object(a), Value::Object(e)) = (&mut a, extra) {
-        a.extend(e);
-    }
-    a
 }
 
 /// One raw HTTP/1.1 exchange (capture POSTs need no identity headers).
@@ -158,7 +90,7 @@ fn impostor(body: &'static str) -> (u16, std::thread::JoinHandle<()>) {
 
 #[test]
 fn ios_sdk_reads_devicectl_and_every_connection_error() {
-    let w = World::new();
+    let w = ios_world();
     let base = w.app_args();
     let truth = w.app(APP);
 
@@ -285,7 +217,7 @@ fn ios_sdk_reads_devicectl_and_every_connection_error() {
 
 #[test]
 fn ios_h5_actions_land_in_the_real_page_once_and_stale_runtimes_are_refused() {
-    let w = World::new();
+    let w = ios_world();
     let base = w.app_args();
     w.control(json!({"op": "goto", "bundleId": APP, "screen": "web"}));
     let dom = w.ok("ios-h5-dom", base.clone());
@@ -361,7 +293,7 @@ fn ios_h5_actions_land_in_the_real_page_once_and_stale_runtimes_are_refused() {
 
 #[test]
 fn ios_flutter_actions_bind_fresh_targets_of_the_dart_runtime() {
-    let w = World::new();
+    let w = ios_world();
     let base = w.app_args();
     w.control(json!({"op": "goto", "bundleId": APP, "screen": "flutter"}));
     let dart = w.engine()["runtimeEpoch"].clone();
@@ -415,7 +347,7 @@ fn intent_ok(w: &World, op: &str, args: Value) -> Value {
 
 #[test]
 fn ios_h5_intent_checks_out_with_a_verifiable_archive() {
-    let w = World::new();
+    let w = ios_world();
     w.control(json!({"op": "goto", "bundleId": APP, "screen": "web"}));
     let op = "ios-checkout";
     let target = json!({"platform": "ios", "deviceId": w.udid, "bundleId": APP});
@@ -441,5 +373,45 @@ fn ios_h5_intent_checks_out_with_a_verifiable_archive() {
     let sha = exported["value"]["manifestSha256"].as_str().unwrap().to_string();
     let verified = w.env.aab_ok(&["evidence", "--operation", "verify", "--archive-dir", out.to_str().unwrap(), "--manifest-sha256", &sha]);
     assert_eq!(verified["value"]["integrity"], json!("verified"), "{verified}");
+    assert_eq!(w.phase(), json!("idle"));
+}
+
+#[test]
+fn ios_h5_and_wda_mutations_share_one_ownership_journal_across_device_aliases() {
+    // Both iOS plugins: the host maps each command's deviceId through its plugin's
+    // `device-key` hook, so the CoreDevice identifier and the UDID are one phone.
+    let w = World::new(&[("aab_plugin_ios", "ios"), ("aab_plugin_wda", "wda")]);
+    let identifier = w.sim.devices[0].identifier.clone();
+    assert_ne!(identifier, w.udid, "two different aliases of one phone");
+    w.control(json!({"op": "goto", "bundleId": APP, "screen": "web"}));
+
+    // An H5 click named by the CoreDevice identifier whose reply never comes in time.
+    w.faults(json!({"actionDelayMs": 6000}));
+    let by_identifier = json!({"deviceId": identifier, "bundleId": APP, "selector": {"text": "Pay now"}, "timeoutMs": 4000});
+    let (body, run) = w.run("ios-h5-click", by_identifier.clone());
+    let facts = error_facts(&body).clone();
+    w.env.check(run.exit() != 0 && facts["ambiguous"] == json!(true), &run, "a lost reply is ambiguous");
+
+    // The journal keyed by the UDID holds it.
+    let status = w.ownership();
+    assert_eq!(status["phase"], json!("unresolved"), "{status}");
+    let pending = status.pointer("/ownership/pending/actionId").cloned().unwrap_or_else(|| panic!("the pending click under {}: {status}", w.device_key()));
+    let active = w.ok("ios-execution", with(&w.app_args(), json!({"operation": "status"})));
+    assert_eq!((active["active"]["kind"].clone(), active["active"]["actionId"].clone()), (json!("h5"), pending.clone()), "the SDK runs the journal's action: {active}");
+
+    // A WDA mutation named by the UDID is refused by the same journal, before it reaches the Runner.
+    let wda_events = w.truth("wda").len();
+    let tap = json!({"deviceId": w.udid, "bundleId": APP, "wdaRunnerBundleId": "io.github.mobileaidev.aiappbridge.wda.xctrunner", "wdaSessionId": "S1", "tapX": 195, "tapY": 120});
+    w.refused("ios-tap", tap.clone(), "device_ownership_unresolved");
+    // And an SDK mutation by the other alias too.
+    w.refused("ios-h5-click", with(&by_identifier, json!({"deviceId": w.udid})), "device_ownership_unresolved");
+    assert_eq!(w.truth("wda").len(), wda_events, "nothing reached the Runner");
+
+    // Settled from the SDK's durable completion; the phone is free for either plugin.
+    w.wait_truth("completion", "the delayed click's completion", |c| c["persisted"] == json!(true) && c["actionId"] == pending);
+    w.faults(json!({}));
+    let settled = w.ok("device-ownership", json!({"operation": "reconcile", "serial": w.device_key()}));
+    assert_eq!((settled["recovered"].clone(), settled["phase"].clone()), (json!(true), json!("idle")), "{settled}");
+    assert_eq!(w.effects("h5", pending.as_str().unwrap()).len(), 1, "the click ran once, never resent");
     assert_eq!(w.phase(), json!("idle"));
 }

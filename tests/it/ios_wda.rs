@@ -7,51 +7,26 @@
 
 use std::time::{Duration, Instant};
 
-use aab_e2e::{Run, TestEnv, error_facts, flags};
 use serde_json::{Value, json};
 
-const APP: &str = "com.example.aab.ios";
-const OTHER: &str = "com.example.aab.other";
+use crate::ios_world::{APP, OTHER, World, with};
+
 const RUNNER: &str = "io.github.mobileaidev.aiappbridge.wda.xctrunner";
 
-/// aab with the wda plugin, pointed at one simulated iPhone through its devicectl double.
-struct World {
-    env: TestEnv,
-    sim: aab_ios_sim::Simulator,
-    rt: tokio::runtime::Runtime,
-    udid: String,
+/// The WDA plugin alone.
+fn wda_world() -> World {
+    World::new(&[("aab_plugin_wda", "wda")])
 }
 
+/// What only the WDA tests ask of the simulator.
 impl World {
-    fn new() -> World {
-        let env = TestEnv::new();
-        env.install_plugin("aab_plugin_wda", "wda");
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let sim = rt.block_on(aab_ios_sim::Simulator::start(aab_ios_sim::Options::default())).expect("start the iOS simulator (cargo build -p aab-ios-sim)");
-        env.set_env("AI_APP_BRIDGE_DEVICECTL", sim.devicectl().display().to_string());
-        let udid = sim.devices[0].udid.clone();
-        World { env, sim, rt, udid }
-    }
-
-    fn control(&self, req: Value) -> Value {
-        let v = self.rt.block_on(self.sim.control(req.clone()));
-        assert_eq!(v["ok"], json!(true), "control {req}: {v}");
-        v
-    }
-
-    fn state(&self) -> Value {
-        self.control(json!({"op": "state"}))
-    }
-
     /// Ground truth: the Runner's events (`kind:"wda"`) of one action.
     fn wda_events(&self, action_id: &Value) -> Vec<Value> {
-        let items = self.control(json!({"op": "truth", "kind": "wda"}))["items"].as_array().cloned().unwrap_or_default();
-        items.into_iter().filter(|i| &i["actionId"] == action_id && i["event"] != "reply-dropped").collect()
+        self.truth("wda").into_iter().filter(|i| &i["actionId"] == action_id && i["event"] != "reply-dropped").collect()
     }
 
     fn wda_event_count(&self) -> usize {
-        let items = self.control(json!({"op": "truth", "kind": "wda"}))["items"].as_array().cloned().unwrap_or_default();
-        items.iter().filter(|i| i["event"] != "reply-dropped" && i["event"] != "completion-lost").count()
+        self.truth("wda").iter().filter(|i| i["event"] != "reply-dropped" && i["event"] != "completion-lost").count()
     }
 
     /// The App's native screen (field values, focus, last tap).
@@ -73,56 +48,6 @@ impl World {
     fn runner(&self) -> Value {
         json!({"deviceId": self.udid, "wdaRunnerBundleId": RUNNER})
     }
-
-    fn run(&self, command: &str, args: Value) -> (Value, Run) {
-        let mut argv = vec![command.to_string()];
-        argv.extend(flags(&args));
-        let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
-        let run = self.env.aab(&refs);
-        let body = self.env.json_of(&run);
-        (body, run)
-    }
-
-    #[track_caller]
-    fn ok(&self, command: &str, args: Value) -> Value {
-        let (body, run) = self.run(command, args);
-        self.env.check(run.exit() == 0 && body.pointer("/execution/ok") == Some(&json!(true)), &run, &format!("{command} should succeed"));
-        body["value"].clone()
-    }
-
-    /// The command fails with `code`; returns the error facts.
-    #[track_caller]
-    fn fails_with(&self, command: &str, args: Value, code: &str) -> Value {
-        let (body, run) = self.run(command, args);
-        let facts = error_facts(&body).clone();
-        self.env.check(run.exit() != 0 && facts["error"] == json!(code), &run, &format!("{command} should fail with {code}"));
-        facts
-    }
-
-    /// The command fails with `code`, never dispatched.
-    #[track_caller]
-    fn refused(&self, command: &str, args: Value, code: &str) -> Value {
-        let facts = self.fails_with(command, args, code);
-        assert_eq!((facts["dispatched"].clone(), facts["ambiguous"].clone()), (json!(false), json!(false)), "{command}: {facts}");
-        facts
-    }
-
-    fn ownership(&self) -> Value {
-        self.ok("device-ownership", json!({"operation": "status", "serial": self.device_key()}))
-    }
-
-    /// The ownership key of the phone: its UDID, whatever alias a command used.
-    fn device_key(&self) -> String {
-        format!("ios:{}", self.udid)
-    }
-}
-
-fn with(base: &Value, extra: Value) -> Value {
-    let mut a = base.clone();
-    if let (Value::Object(a), Value::Object(e)) = (&mut a, extra) {
-        a.extend(e);
-    }
-    a
 }
 
 fn node<'a>(tree: &'a Value, raw_identifier: &str) -> &'a Value {
@@ -136,7 +61,7 @@ fn centre(n: &Value) -> (f64, f64) {
 
 #[test]
 fn ios_wda_sessions_tree_and_actions_reach_the_device_once_each_and_refusals_reach_nothing() {
-    let w = World::new();
+    let w = wda_world();
     w.runner_with_app();
     let runner_epoch = w.state()["runner"]["runtimeEpoch"].clone();
 
@@ -245,7 +170,7 @@ fn ios_wda_sessions_tree_and_actions_reach_the_device_once_each_and_refusals_rea
 
 #[test]
 fn ios_wda_lost_reply_stays_unresolved_until_reconcile_settles_it_from_the_original_epoch() {
-    let w = World::new();
+    let w = wda_world();
     w.runner_with_app();
     let first_epoch = w.state()["runner"]["runtimeEpoch"].clone();
     let created = w.ok("ios-wda-session", with(&w.runner(), json!({"operation": "create", "bundleId": APP})));
@@ -292,7 +217,7 @@ fn ios_wda_lost_reply_stays_unresolved_until_reconcile_settles_it_from_the_origi
 
 #[test]
 fn ios_setup_builds_the_prepared_copy_and_starts_the_runner_leaving_no_process_behind() {
-    let w = World::new();
+    let w = wda_world();
     let xcodebuild = w.sim.xcodebuild().display().to_string();
     let setup = json!({"deviceId": w.udid, "teamId": "ABCDE12345", "xcodebuild": xcodebuild});
 
@@ -356,7 +281,7 @@ fn decision(id: &str, revision: &Value, agent: &str, action: Option<Value>) -> V
 
 #[test]
 fn ios_native_intent_signs_in_through_the_runner_with_observed_targets_and_a_verifiable_archive() {
-    let w = World::new();
+    let w = wda_world();
     w.runner_with_app();
     let created = w.ok("ios-wda-session", with(&w.runner(), json!({"operation": "create", "bundleId": APP})));
     let target = json!({"platform": "ios", "deviceId": w.udid, "bundleId": APP, "wdaRunnerBundleId": RUNNER, "wdaSessionId": created["wdaSessionId"]});

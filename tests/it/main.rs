@@ -28,6 +28,7 @@ mod hostile;
 mod intent;
 mod ios;
 mod ios_wda;
+mod ios_world;
 mod intent_fixture;
 mod isolation;
 mod parity;

@@ -70,7 +70,8 @@ impl Devicectl {
                 let _ = child.kill().await;
                 return Err(ProviderError::new(IOS_DEVICECTL_TIMEOUT, format!("devicectl {what} did not finish within the command deadline")).with_details(json!({"command": what, "timeoutSec": timeout_sec})));
             }
-            Ok((status, io)) => (status.map_err(|e| ProviderError::new(IOS_DEVICECTL_UNAVAILABLE, format!("waiting for devicectl failed: {e}")))?, io),
+            // The child runs already: whatever it did is unknown, so never "unavailable".
+            Ok((status, io)) => (status.map_err(|e| ProviderError::new(IOS_DEVICECTL_INTERRUPTED, format!("waiting for devicectl {what} failed: {e}")).with_details(json!({"command": what})))?, io),
         };
         let document = read_document(&out).await;
         let diag = json!({
@@ -84,7 +85,8 @@ impl Devicectl {
             Err(reason) if status.success() => {
                 return Err(ProviderError::new(IOS_DEVICECTL_OUTPUT_INVALID, format!("devicectl {what} succeeded but its --json-output is unusable: {reason}")).with_details(diag));
             }
-            Err(_) => return Err(ProviderError::new(IOS_DEVICECTL_FAILED, format!("devicectl {what} failed (exit {:?}) without a JSON document", status.code())).with_details(diag)),
+            // No failure document: not the device's answer (a crash, a signal), so unknown.
+            Err(_) => return Err(ProviderError::new(IOS_DEVICECTL_INTERRUPTED, format!("devicectl {what} failed (exit {:?}) without a JSON document", status.code())).with_details(diag)),
         };
         let outcome = doc.pointer("/info/outcome").and_then(Value::as_str);
         if !status.success() || outcome != Some("success") || doc.get("error").is_some_and(|e| !e.is_null()) {
@@ -341,6 +343,24 @@ pub fn require_developer_tunnel(d: &DeviceRecord) -> Result<String, ProviderErro
     }
 }
 
+/// What a failed devicectl MUTATION (install, launch) proves once the dispatch
+/// mark is set: a devicectl that could not be started did nothing (not
+/// dispatched); a failure document is the device's own answer (settled); a
+/// timeout, an interrupted run or an unusable document leaves the outcome
+/// unknown, which the host keeps unresolved (devicectl has no receipt to
+/// reconcile from). Every iOS command that mutates through devicectl maps its
+/// errors here, so the same failure means the same thing in every plugin.
+pub fn mutation_failure(mut e: ProviderError) -> ProviderError {
+    match e.error.as_str() {
+        IOS_DEVICECTL_UNAVAILABLE => e.not_dispatched(),
+        IOS_DEVICECTL_FAILED => e.settled_after_dispatch(),
+        _ => {
+            (e.dispatched, e.ambiguous) = (None, None);
+            e
+        }
+    }
+}
+
 /// A per-step cap for devicectl calls inside a command (never beyond the deadline).
 pub fn step(deadline: Deadline, secs: u64) -> Deadline {
     deadline.capped(Duration::from_secs(secs))
@@ -390,6 +410,18 @@ mod tests {
     }
 
     #[test]
+    fn mutation_failures_say_what_they_prove() {
+        assert_eq!(mutation_failure(ProviderError::new(IOS_DEVICECTL_UNAVAILABLE, "")).dispatched, Some(false));
+        let failed = mutation_failure(ProviderError::new(IOS_DEVICECTL_FAILED, ""));
+        assert_eq!((failed.dispatched, failed.ambiguous), (Some(true), Some(false)));
+        for unknown in [IOS_DEVICECTL_TIMEOUT, IOS_DEVICECTL_INTERRUPTED, IOS_DEVICECTL_OUTPUT_INVALID] {
+            // Even an error a read marked not-dispatched is unknown as a mutation's.
+            let e = mutation_failure(ProviderError::new(unknown, "").not_dispatched());
+            assert_eq!((e.dispatched, e.ambiguous), (None, None), "{unknown}");
+        }
+    }
+
+    #[test]
     fn xcrun_is_prefixed_and_a_direct_program_is_not() {
         assert!(Devicectl::resolve(Some("/usr/bin/xcrun")).prefixed);
         assert!(!Devicectl::resolve(Some("/opt/tools/devicectl")).prefixed);
@@ -428,6 +460,14 @@ mod tests {
         let e = d.run(&args(&["fail"]), 5, Deadline::after(Duration::from_secs(10))).await.unwrap_err();
         assert_eq!(e.error, IOS_DEVICECTL_FAILED);
         assert!(e.message.contains("boom"), "{}", e.message);
+        // Exit 1 without a document (a crash): not the device's answer.
+        let crashing = dir.path().join("crashing-devicectl");
+        std::fs::write(&crashing, "#!/bin/sh\nexit 1\n").unwrap();
+        std::fs::set_permissions(&crashing, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let e = Devicectl::resolve(Some(crashing.to_str().unwrap())).run(&args(&["device", "install", "app"]), 5, Deadline::after(Duration::from_secs(10))).await.unwrap_err();
+        assert_eq!(e.error, IOS_DEVICECTL_INTERRUPTED);
+        let e = mutation_failure(e);
+        assert_eq!((e.dispatched, e.ambiguous), (None, None), "unknown: the host leaves a mutation ambiguous");
         let missing = Devicectl::resolve(Some("/nonexistent/devicectl"));
         assert_eq!(missing.list_devices(Deadline::after(Duration::from_secs(5))).await.unwrap_err().error, IOS_DEVICECTL_UNAVAILABLE);
     }

@@ -5,12 +5,15 @@
 //! descriptor out of its data container) and `ios-execution` reconciles actions
 //! of both.
 //!
+//! - [`command`]: the deadline and host cancellation every command of either plugin runs under.
 //! - [`devicectl`]: running `xcrun devicectl … --timeout N --json-output F` as a
 //!   bounded child process and reading its document; device records and selection.
 //! - [`http`]: one bounded HTTP request to a peer, classified by whether the request
 //!   can have reached it (a mutation's dispatch depends on that).
 //! - [`sdk`]: the app SDK's identity (`aab.ios-runtime/v1`).
 //! - [`wda`]: the Runner's identity (`aab.ios-wda/v1`).
+//! - [`ids`]: the bundle-id and epoch grammars and query encoding both peers share.
+//! - [`schema`]: JSON Schema pieces of both plugins' command specs (bundle id, closed objects, merging).
 //! - [`ownership`]: the physical-device key (`ios:<UDID>`) of hook `device-key`.
 //!
 //! Errors are the plugin SDK's [`ProviderError`] with stable codes ([`codes`]).
@@ -19,9 +22,12 @@ use std::time::{Duration, Instant};
 
 pub use aab_plugin_api::ProviderError;
 
+pub mod command;
 pub mod devicectl;
 pub mod http;
+pub mod ids;
 pub mod ownership;
+pub mod schema;
 pub mod sdk;
 pub mod wda;
 
@@ -35,6 +41,10 @@ pub mod codes {
     pub const IOS_DEVICECTL_FAILED: &str = "ios_devicectl_failed";
     /// devicectl did not finish within its `--timeout` or the command deadline.
     pub const IOS_DEVICECTL_TIMEOUT: &str = "ios_devicectl_timeout";
+    /// devicectl was started but ended without saying what it did (waiting for it
+    /// failed, or it exited unsuccessfully without a `--json-output` document): a
+    /// mutation's outcome is unknown.
+    pub const IOS_DEVICECTL_INTERRUPTED: &str = "ios_devicectl_interrupted";
     /// devicectl's `--json-output` document is missing, too large or not its shape.
     pub const IOS_DEVICECTL_OUTPUT_INVALID: &str = "ios_devicectl_output_invalid";
     pub const IOS_DEVICE_NOT_FOUND: &str = "ios_device_not_found";

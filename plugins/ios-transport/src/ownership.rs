@@ -5,6 +5,8 @@
 
 use serde_json::{Value, json};
 
+use aab_plugin_api::Context;
+
 use crate::{Deadline, Devicectl, ProviderError, select_device};
 
 /// Prefix of every iOS device key.
@@ -13,6 +15,12 @@ pub const KEY_PREFIX: &str = "ios:";
 /// The key of a physical device.
 pub fn key_of(udid: &str) -> String {
     format!("{KEY_PREFIX}{udid}")
+}
+
+/// The `device-key` hook of either iOS plugin, inside the host's budget for it
+/// (one journal and one lane per phone, whichever plugin or alias names it).
+pub async fn hook(ctx: &Context<'_>, request: &Value) -> Result<Value, ProviderError> {
+    device_key(request, crate::command::deadline(ctx)).await
 }
 
 /// Answer the host's `device-key` hook: `{command, arguments, deviceKey}` →

@@ -91,13 +91,7 @@ pub struct Descriptor {
     pub updated_at_ms: Option<u64>,
 }
 
-pub fn is_bundle_id(s: &str) -> bool {
-    (1..=255).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
-}
-
-pub fn is_runtime_epoch(s: &str) -> bool {
-    (1..=128).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-".contains(&b))
-}
+pub use crate::ids::{is_bundle_id, is_runtime_epoch, query_value};
 
 /// JavaScript's largest safe integer: the contract's bound of ids.
 const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
@@ -324,10 +318,10 @@ fn transport_failure(f: http::Failure, where_: Value) -> Failure {
 
 /// The SDK's own refusal (`ok:false`) as a not-dispatched error with its code.
 pub fn refusal(body: &Value, what: &str) -> ProviderError {
-    let code = body.get("error").and_then(Value::as_str).filter(|c| !c.is_empty()).unwrap_or(codes::INVALID_RESPONSE).to_string();
-    let message = body.get("message").and_then(Value::as_str).map(|m| format!("{what}: {m}")).unwrap_or_else(|| format!("{what}: {code}"));
+    let code = crate::ids::peer_code(body.get("error")).unwrap_or(codes::INVALID_RESPONSE).to_string();
+    let message = crate::ids::peer_message(body.get("message")).map(|m| format!("{what}: {m}")).unwrap_or_else(|| format!("{what}: {code}"));
     let mut e = ProviderError::new(code, message).with_details(json!({"device": truncated(body)})).not_dispatched();
-    if let Some(f) = body.get("field").and_then(Value::as_str) {
+    if let Some(f) = crate::ids::peer_code(body.get("field")) {
         e = e.with_field(f);
     }
     e
@@ -341,11 +335,6 @@ pub async fn read(endpoint: &Endpoint, path: &str, deadline: Deadline) -> Result
         return Err(refusal(&answer.body, &format!("the aab SDK refused GET {}", path.split('?').next().unwrap_or(path))));
     }
     Ok(answer.body)
-}
-
-/// Percent-encode a query value (RFC 3986 unreserved characters stay).
-pub fn query_value(v: &str) -> String {
-    v.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-._~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
 }
 
 // ---- managed execution ----------------------------------------------------------------
@@ -898,6 +887,15 @@ mod tests {
         no_ok.as_object_mut().unwrap().remove("ok");
         assert_eq!(verify_body(&no_ok, &id).unwrap_err().error, codes::INVALID_RESPONSE);
         assert_eq!(verify_body(&json!([1]), &id).unwrap_err().error, codes::INVALID_RESPONSE);
+    }
+
+    #[test]
+    fn a_refusal_relays_only_a_code_shaped_error_and_a_bounded_message() {
+        let e = refusal(&json!({"ok": false, "error": "ios_action_busy", "message": "busy", "field": "selector"}), "GET /v1/x");
+        assert_eq!((e.error.as_str(), e.field.as_deref(), e.dispatched), ("ios_action_busy", Some("selector"), Some(false)));
+        let hostile = refusal(&json!({"ok": false, "error": "x y\n".repeat(100_000), "message": "m".repeat(100_000), "field": "a b"}), "GET /v1/x");
+        assert_eq!((hostile.error.as_str(), hostile.field.as_deref()), (codes::INVALID_RESPONSE, None));
+        assert!(hostile.message.len() < 2 * crate::ids::MAX_PEER_MESSAGE, "{}", hostile.message.len());
     }
 
     #[test]

@@ -16,6 +16,7 @@
 use std::time::{Duration, Instant};
 
 use aab_ios_transport::Deadline;
+use aab_ios_transport::ids::{peer_code, peer_message};
 use aab_ios_transport::sdk::{self, Completion, Connection, Failure, Kind, record::ActionRecord};
 use aab_plugin_api::{Context, Invocation, ProviderError};
 use serde_json::{Map, Value, json};
@@ -138,7 +139,7 @@ impl Session {
                         self.settled(inv, &action_id, epoch, result, store, Some(recovered), timings(self.started.elapsed()))
                     }
                     None => {
-                        let code = first.pointer("/reply/error").or(first.get("error")).and_then(Value::as_str).filter(|c| !c.is_empty()).map(str::to_string).unwrap_or_else(|| format!("{}_action_unresolved", kind.name()));
+                        let code = peer_code(first.pointer("/reply/error").or(first.get("error"))).map(str::to_string).unwrap_or_else(|| format!("{}_action_unresolved", kind.name()));
                         Err(ProviderError::new(code, "the SDK's reply was lost or unsettled and neither its cancel nor its completion store proves the outcome: it is unknown (the device stays unresolved; run ios-execution reconcile or device-ownership reconcile)")
                             .with_details(json!({"actionId": action_id, "hostActionId": inv.action_id, "runtimeEpoch": epoch, "kind": kind.name(),
                                                  "dispatched": null, "ambiguous": true, "settled": false, "first": first, "cancel": cancel, "lookup": lookup})))
@@ -181,10 +182,10 @@ impl Session {
             }
             return Ok(out);
         }
-        let code = result["error"].as_str().filter(|c| !c.is_empty()).map(str::to_string).unwrap_or_else(|| format!("{}_action_failed", self.kind.name()));
-        let message = format!("the SDK settled the action as failed: {}", result["message"].as_str().unwrap_or(&code));
+        let code = peer_code(result.get("error")).map(str::to_string).unwrap_or_else(|| format!("{}_action_failed", self.kind.name()));
+        let message = format!("the SDK settled the action as failed: {}", peer_message(result.get("message")).unwrap_or_else(|| code.clone()));
         let mut e = ProviderError::new(code, message).with_details(json!({"actionId": action_id, "hostActionId": inv.action_id, "runtimeEpoch": epoch, "device": result, "proof": proof, "recoveredBy": recovered}));
-        if let Some(f) = result.get("field").and_then(Value::as_str) {
+        if let Some(f) = peer_code(result.get("field")) {
             e = e.with_field(f);
         }
         // A settled result is a known outcome either way: the host settles the journal.

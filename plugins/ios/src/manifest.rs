@@ -8,6 +8,7 @@
 //! to the WDA provider and are accepted but unused by the SDK commands, so one
 //! target's options fit every iOS command.
 
+use aab_ios_transport::schema;
 use aab_plugin_api::Manifest;
 use aab_plugin_api::protocol::{ExecutionTarget, IntentAction, IntentCall, IntentProvider, IntentStream, IntentSummarize};
 use serde_json::{Value, json};
@@ -45,7 +46,7 @@ pub fn device_id() -> Value {
 }
 
 pub fn bundle_id() -> Value {
-    json!({"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,255}$", "description": "Bundle id of the app that embeds the aab iOS SDK"})
+    schema::bundle_id("Bundle id of the app that embeds the aab iOS SDK")
 }
 
 fn url(what: &str) -> Value {
@@ -58,7 +59,7 @@ fn program(what: &str) -> Value {
 
 /// The iOS common option bundle; `extra` adds (or replaces) command options.
 pub fn props(extra: Value) -> Value {
-    let mut p = json!({
+    let p = json!({
         "deviceId": device_id(),
         "bundleId": bundle_id(),
         "runtimeUrl": url("http://host:port of the SDK listener, replacing the device's tunnel address and the descriptor's port (the runtime's identity is still verified)"),
@@ -69,15 +70,10 @@ pub fn props(extra: Value) -> Value {
         "wdaSessionId": {"type": "string", "minLength": 1, "maxLength": 256, "pattern": "^[A-Za-z0-9._-]+$", "description": "WebDriverAgent session (WDA commands; unused here)"},
         "xcodebuild": program("xcodebuild program (ios-setup; unused here)")
     });
-    if let (Value::Object(p), Value::Object(extra)) = (&mut p, extra) {
-        p.extend(extra);
-    }
-    p
+    schema::merge(p, extra)
 }
 
-pub fn object(properties: Value, required: &[&str]) -> Value {
-    json!({"type": "object", "additionalProperties": false, "properties": properties, "required": required})
-}
+pub use aab_ios_transport::schema::object;
 
 /// iOS SDK commands require the device and the app (aab-host §1.1, computed requirements).
 pub const APP_REQUIRED: [&str; 2] = ["deviceId", "bundleId"];
@@ -147,14 +143,6 @@ pub fn intent_target_schema() -> Value {
 
 // ---- Intent providers -----------------------------------------------------------------------
 
-fn merge(base: Value, extra: Value) -> Value {
-    let mut a = base;
-    if let (Value::Object(a), Value::Object(extra)) = (&mut a, extra) {
-        a.extend(extra);
-    }
-    a
-}
-
 /// The target's fields every call of an Intent carries.
 fn app_args() -> Value {
     json!({"deviceId": "${target.deviceId}", "bundleId": "${target.bundleId}", "runtimeUrl": "${target.runtimeUrl}", "iosHost": "${target.iosHost}", "iosPort": "${target.iosPort}", "devicectl": "${target.devicectl}"})
@@ -170,7 +158,7 @@ fn with_streams(mut provider: IntentProvider, commands: &[String]) -> IntentProv
             continue;
         }
         provider = provider.stream(
-            IntentStream::new(s, command, merge(app_args(), json!({"factCursor": "${watermark}", "sinceMs": "${require.sinceMs}"})))
+            IntentStream::new(s, command, schema::merge(app_args(), json!({"factCursor": "${watermark}", "sinceMs": "${require.sinceMs}"})))
                 .watermark("/watermarkCursor")
                 .coverage("/coverage/status")
                 .records("/items"),
@@ -182,7 +170,7 @@ fn with_streams(mut provider: IntentProvider, commands: &[String]) -> IntentProv
 fn action_schema(name: &str, extra: Value, required: &[&str]) -> Value {
     let mut req = vec!["action"];
     req.extend_from_slice(required);
-    json!({"type": "object", "additionalProperties": false, "properties": merge(json!({"action": {"const": name}}), extra), "required": req})
+    json!({"type": "object", "additionalProperties": false, "properties": schema::merge(json!({"action": {"const": name}}), extra), "required": req})
 }
 
 /// The `h5` provider of an app's WKWebView (aab-host §8, seed "iOS WKWebView
@@ -193,9 +181,9 @@ fn action_schema(name: &str, extra: Value, required: &[&str]) -> Value {
 /// or element that changed since is refused before dispatch.
 fn h5_intent_provider(commands: &[String]) -> IntentProvider {
     let bound = |extra: Value| {
-        merge(
-            merge(app_args(), json!({"webViewId": "${observation.pageRef.webViewId}"})),
-            merge(json!({"selector": {"elementId": "${element.elementId}"}, "expectedTarget": {"pageRef": "${observation.pageRef}", "element": "${element.identity}"}}), extra),
+        schema::merge(
+            schema::merge(app_args(), json!({"webViewId": "${observation.pageRef.webViewId}"})),
+            schema::merge(json!({"selector": {"elementId": "${element.elementId}"}, "expectedTarget": {"pageRef": "${observation.pageRef}", "element": "${element.identity}"}}), extra),
         )
     };
     let selector = json!({
@@ -209,7 +197,7 @@ fn h5_intent_provider(commands: &[String]) -> IntentProvider {
         },
         "oneOf": [{"required": ["elementId"]}, {"required": ["text"]}, {"required": ["ariaLabel"]}]
     });
-    let with_selector = |extra: Value| merge(json!({"selector": selector.clone()}), extra);
+    let with_selector = |extra: Value| schema::merge(json!({"selector": selector.clone()}), extra);
     let actions = [
         IntentAction::new("tap", "ios-h5-click", bound(json!({})), action_schema("tap", with_selector(json!({})), &["selector"])),
         IntentAction::new(
@@ -227,7 +215,7 @@ fn h5_intent_provider(commands: &[String]) -> IntentProvider {
         .page([("pageRef", "/pageRef"), ("title", "/dom/title"), ("url", "/dom/url"), ("readyState", "/dom/readyState"), ("viewport", "/dom/viewport"), ("webView", "/webView")])
         .body_text("/dom/bodyText")
         .source_truncated("/dom/truncated");
-    let observe = IntentCall::new("ios-h5-dom", merge(app_args(), json!({"webViewId": "${observationTarget.webViewId}"})));
+    let observe = IntentCall::new("ios-h5-dom", schema::merge(app_args(), json!({"webViewId": "${observationTarget.webViewId}"})));
     let mut provider = IntentProvider::new(PLATFORM, "h5", intent_target_schema(), observe, summarize).observation_target(json!({
         "type": "object", "additionalProperties": false,
         "description": "Which WKWebView of the app to observe (default: the single visible one)",
@@ -247,14 +235,14 @@ fn h5_intent_provider(commands: &[String]) -> IntentProvider {
 /// id (`{nodeId}`), which the plugin binds again to a `targetRef` of a fresh,
 /// untruncated tree: a replaced widget has a new id and is refused.
 fn flutter_intent_provider(commands: &[String]) -> IntentProvider {
-    let bound = |extra: Value| merge(app_args(), merge(json!({"selector": {"nodeId": "${element.id}"}}), extra));
+    let bound = |extra: Value| schema::merge(app_args(), schema::merge(json!({"selector": {"nodeId": "${element.id}"}}), extra));
     let selector = json!({
         "type": "object", "additionalProperties": false,
         "description": "One node of the committed observation: its id (e<n>) or its exact text",
         "properties": {"nodeId": {"type": "string", "pattern": "^e[0-9]+$", "maxLength": 32}, "text": {"type": "string", "minLength": 1, "maxLength": 4096}},
         "oneOf": [{"required": ["nodeId"]}, {"required": ["text"]}]
     });
-    let with_selector = |extra: Value| merge(json!({"selector": selector.clone()}), extra);
+    let with_selector = |extra: Value| schema::merge(json!({"selector": selector.clone()}), extra);
     let actions = [
         IntentAction::new("tap", "ios-tap-flutter", bound(json!({})), action_schema("tap", with_selector(json!({})), &["selector"])),
         IntentAction::new(

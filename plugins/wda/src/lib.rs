@@ -38,8 +38,7 @@ impl Provider for WdaProvider {
     async fn hook(&self, ctx: &Context<'_>, method: &str, request: serde_json::Value) -> Result<serde_json::Value, ProviderError> {
         match method {
             "reconcile" => reconcile::reconcile(ctx, request).await,
-            // One journal and one lane per phone, whatever alias names it.
-            "device-key" => aab_ios_transport::ownership::device_key(&request, aab_ios_transport::Deadline::after(ctx.remaining())).await,
+            "device-key" => aab_ios_transport::ownership::hook(ctx, &request).await,
             other => Err(ProviderError::new(aab_plugin_api::codes::UNSUPPORTED_PLUGIN_METHOD, format!("the wda plugin does not implement `{other}`")).not_dispatched()),
         }
     }

@@ -4,6 +4,7 @@
 //! `ios` platform. Each command's own spec lives beside its code in
 //! [`crate::commands`].
 
+use aab_ios_transport::schema::merge;
 use aab_plugin_api::protocol::{IntentAction, IntentCall, IntentProvider, IntentSummarize};
 use aab_plugin_api::{CommandSpec, Manifest};
 use serde_json::{Value, json};
@@ -30,9 +31,7 @@ pub(crate) fn device_id() -> Value {
     json!({"type": "string", "minLength": 1, "maxLength": 256, "pattern": "^[^\\x00-\\x1F\\x7F]+$", "description": "The device: CoreDevice identifier, UDID, serial number or name (as devicectl list devices reports it)"})
 }
 
-pub(crate) fn bundle_id(what: &str) -> Value {
-    json!({"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,255}$", "description": what})
-}
+pub(crate) use aab_ios_transport::schema::bundle_id;
 
 pub(crate) fn session_id() -> Value {
     json!({"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,256}$", "description": "The WDA session (from ios-wda-session create)"})
@@ -45,33 +44,25 @@ pub(crate) fn orientation() -> Value {
 
 /// The connection options of every WDA command, plus `extra`.
 pub(crate) fn props(extra: Value) -> Value {
-    let mut p = json!({
+    let p = json!({
         "deviceId": device_id(),
         "wdaRunnerBundleId": bundle_id("The prepared Runner app (the test bundle id + .xctrunner) whose container holds the WDA descriptor"),
         "wdaUrl": {"type": "string", "minLength": 8, "maxLength": 2048, "pattern": "^http://[^\\s?#]+$", "description": "An explicitly forwarded http:// endpoint of the Runner (default: the developer tunnel address and the descriptor's port); its identity is still verified"},
         "devicectl": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "devicectl program (default: $AI_APP_BRIDGE_DEVICECTL, then xcrun devicectl)"}
     });
-    if let (Value::Object(p), Value::Object(extra)) = (&mut p, extra) {
-        p.extend(extra);
-    }
-    p
+    merge(p, extra)
 }
 
 /// [`props`] with the App and its session (every command but status/session).
 pub(crate) fn app_props(extra: Value) -> Value {
-    let mut p = props(json!({"bundleId": bundle_id("The App under test (must be the session's App, in the foreground)"), "wdaSessionId": session_id()}));
-    if let (Value::Object(p), Value::Object(extra)) = (&mut p, extra) {
-        p.extend(extra);
-    }
-    p
+    let p = props(json!({"bundleId": bundle_id("The App under test (must be the session's App, in the foreground)"), "wdaSessionId": session_id()}));
+    merge(p, extra)
 }
 
 /// The four ids an App-scoped WDA command requires.
 pub(crate) const APP_REQUIRED: [&str; 4] = ["deviceId", "wdaRunnerBundleId", "bundleId", "wdaSessionId"];
 
-pub(crate) fn object(properties: Value, required: &[&str]) -> Value {
-    json!({"type": "object", "additionalProperties": false, "properties": properties, "required": required})
-}
+pub(crate) use aab_ios_transport::schema::object;
 
 /// A screen coordinate in points (the Runner takes 0..100000).
 pub(crate) fn coordinate(what: &str) -> Value {
@@ -161,12 +152,6 @@ pub(crate) fn text() -> Value {
     json!({"type": "string", "maxLength": 16384, "description": "Text to type (replaces the editor's value)"})
 }
 
-fn merge(mut a: Value, b: Value) -> Value {
-    if let (Value::Object(a), Value::Object(b)) = (&mut a, b) {
-        a.extend(b);
-    }
-    a
-}
 
 /// The `native` Intent provider of an App on an iOS device, through the prepared
 /// Runner: observe with `ios-uia-tree` (its nodes carry `expectedTarget`, the tree

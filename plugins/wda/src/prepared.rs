@@ -113,12 +113,24 @@ pub fn manifest() -> Value {
     })
 }
 
-/// Whether every file of `dir` matches the manifest there.
+/// Largest manifest read back (ours is a few KiB).
+const MAX_MANIFEST_BYTES: u64 = 1024 * 1024;
+
+/// At most `max` bytes of `path`; `None` when it is unreadable or larger (a
+/// copy on disk is never read unbounded, whatever was written there since).
+fn read_capped(path: &Path, max: u64) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path).ok()?.take(max + 1).read_to_end(&mut bytes).ok()?;
+    (bytes.len() as u64 <= max).then_some(bytes)
+}
+
+/// Whether every file of `dir` matches the manifest there (each read no further
+/// than the size it must have).
 fn verifies(dir: &Path) -> bool {
-    let Ok(bytes) = std::fs::read(dir.join(MANIFEST_FILE)) else { return false };
+    let Some(bytes) = read_capped(&dir.join(MANIFEST_FILE), MAX_MANIFEST_BYTES) else { return false };
     let Ok(m) = serde_json::from_slice::<Value>(&bytes) else { return false };
-    m == manifest()
-        && m["files"].as_array().is_some_and(|fs| fs.iter().all(|f| f["path"].as_str().and_then(|p| std::fs::read(dir.join(p)).ok()).is_some_and(|b| Some(sha256_hex(&b).as_str()) == f["afterSha256"].as_str())))
+    m == manifest() && files().iter().all(|f| read_capped(&dir.join(f.path), f.after.len() as u64).is_some_and(|b| b == f.after.as_bytes()))
 }
 
 /// A prepared copy on disk.
@@ -200,6 +212,12 @@ mod tests {
         let again = prepare(root.path()).unwrap();
         assert!(!again.reused, "a tampered copy is rewritten");
         assert!(verifies(&again.dir));
+        // A file grown past its expected size is not read through, and fails.
+        let big = again.dir.join("WebDriverAgentLib/Routing/FBWebServer.m");
+        std::fs::write(&big, vec![b'x'; 4 * 1024 * 1024]).unwrap();
+        assert!(!verifies(&again.dir));
+        assert_eq!(read_capped(&big, 16), None);
+        assert_eq!(read_capped(&again.dir.join(MANIFEST_FILE), MAX_MANIFEST_BYTES).map(|b| b.is_empty()), Some(false));
         let leftovers: Vec<_> = std::fs::read_dir(root.path().join("projects")).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with(".prepare-")).collect();
         assert!(leftovers.is_empty());
     }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use aab_ios_transport::wda::execution::{ActionReply, action_body, settled_error};
 use aab_ios_transport::wda::record::{self, ActionRecord};
 use aab_ios_transport::wda::{Connection, Target, codes as wcodes, connect};
+use aab_ios_transport::ids::{peer_code, peer_message};
 use aab_ios_transport::{Deadline, Devicectl};
 use aab_plugin_api::{Context, Invocation, ProviderError};
 use serde_json::{Value, json};
@@ -48,11 +49,18 @@ pub struct Wda {
 
 /// Connect and read `/aab/status` (it must be the prepared Runner).
 pub async fn open(ctx: &Context<'_>, reach: &Reach<'_>) -> Result<Wda, ProviderError> {
-    let deadline = Deadline::after(ctx.remaining());
+    let deadline = aab_ios_transport::command::deadline(ctx);
     let devicectl = Devicectl::resolve(reach.devicectl);
     let conn = connect(&devicectl, reach.device_id, reach.runner_bundle_id, reach.wda_url, deadline).await?;
     let status = conn.status(deadline).await?;
     Ok(Wda { conn, status, deadline, device_id: reach.device_id.to_string(), devicectl: reach.devicectl.map(str::to_string), wda_url: reach.wda_url.map(str::to_string) })
+}
+
+/// [`open`], then prove the App session the caller names ([`Wda::bound`]).
+pub async fn open_session(ctx: &Context<'_>, reach: &Reach<'_>, bundle_id: &str, session_id: &str) -> Result<(Wda, Target), ProviderError> {
+    let wda = open(ctx, reach).await?;
+    let target = wda.bound(bundle_id, session_id).await?;
+    Ok((wda, target))
 }
 
 fn pid_of(v: &Value) -> Option<u64> {
@@ -149,9 +157,9 @@ impl Wda {
         match self.conn.action(&body, Some(target), action_id, wait).await {
             ActionReply::NotSent(message) => Err(ProviderError::new(wcodes::IOS_WDA_UNREACHABLE, format!("the Runner could not be reached; the action was not sent: {message}")).with_details(ids).not_dispatched()),
             ActionReply::Rejected(v) => {
-                let code = v["error"].as_str().unwrap_or(wcodes::IOS_WDA_PROTOCOL_ERROR).to_string();
-                let mut e = ProviderError::new(code, format!("the Runner refused the {operation} before admission: {}", v["message"].as_str().unwrap_or(""))).with_details(json!({"ids": ids, "runner": v})).not_dispatched();
-                if let Some(f) = v.get("field").and_then(Value::as_str) {
+                let code = peer_code(v.get("error")).unwrap_or(wcodes::IOS_WDA_PROTOCOL_ERROR).to_string();
+                let mut e = ProviderError::new(code, format!("the Runner refused the {operation} before admission: {}", peer_message(v.get("message")).unwrap_or_default())).with_details(json!({"ids": ids, "runner": v})).not_dispatched();
+                if let Some(f) = peer_code(v.get("field")) {
                     e = e.with_field(f);
                 }
                 Err(e)
@@ -159,7 +167,8 @@ impl Wda {
             ActionReply::Settled(v) => match settled_error(&v) {
                 None => Ok(v),
                 Some(code) => {
-                    let e = ProviderError::new(code, format!("the Runner settled the {operation} as failed: {}", v["message"].as_str().unwrap_or(""))).with_details(json!({"ids": ids, "runner": v, "proof": proof(&v)}));
+                    let code = peer_code(Some(&json!(code))).unwrap_or(wcodes::IOS_WDA_PROTOCOL_ERROR).to_string();
+                    let e = ProviderError::new(code, format!("the Runner settled the {operation} as failed: {}", peer_message(v.get("message")).unwrap_or_default())).with_details(json!({"ids": ids, "runner": v, "proof": proof(&v)}));
                     // A settled result is a known outcome either way.
                     Err(if v["dispatched"] == false { e.not_dispatched() } else { e.settled_after_dispatch() })
                 }
@@ -176,7 +185,7 @@ impl Wda {
                 };
                 let code = match reason {
                     "binding_mismatch" => wcodes::IOS_WDA_BINDING_MISMATCH.to_string(),
-                    "pending" => detail.pointer("/value/error").and_then(Value::as_str).unwrap_or(wcodes::IOS_WDA_ACTION_UNRESOLVED).to_string(),
+                    "pending" => peer_code(detail.pointer("/value/error")).unwrap_or(wcodes::IOS_WDA_ACTION_UNRESOLVED).to_string(),
                     _ => wcodes::IOS_WDA_ACTION_UNRESOLVED.to_string(),
                 };
                 Err(ProviderError::new(

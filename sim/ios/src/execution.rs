@@ -189,6 +189,28 @@ impl Active {
     }
 }
 
+/// Run an admitted action's `task` in the background — it settles the slot
+/// whatever happens to the reply — and answer the action route with the settled
+/// receipt (or the pending reply). The `dropNextActionReply` fault loses a
+/// settled reply here: the action ran and its completion is stored, only the
+/// answer never leaves (`None`: the connection closes unanswered). H5 and Flutter
+/// share this, as they share the SDK's one slot.
+pub async fn run_admitted(dev: &Arc<Device>, bundle: &str, slot: &Arc<Slot>, active: &Arc<Active>, timeout_ms: u64, task: impl std::future::Future<Output = Value> + Send + 'static) -> Option<(u16, Value)> {
+    {
+        let (dev, bundle, slot, active) = (dev.clone(), bundle.to_string(), slot.clone(), active.clone());
+        tokio::spawn(async move {
+            let result = task.await;
+            settle(&dev, &bundle, &slot, &active, result);
+        });
+    }
+    let reply = active.reply(timeout_ms).await?;
+    if reply["settled"] == true && std::mem::take(&mut dev.faults.lock().unwrap().drop_next_action_reply) {
+        dev.record("fault", json!({ "kind": "action-reply-lost", "bundleId": bundle, "actionId": reply["actionId"] }));
+        return None;
+    }
+    Some((200, reply))
+}
+
 /// The task ended with `result`: the terminal receipt is built, persisted (unless
 /// the `loseCompletion` fault), the slot released, and waiters woken.
 pub fn settle(dev: &Device, bundle: &str, slot: &Slot, a: &Arc<Active>, mut result: Value) {

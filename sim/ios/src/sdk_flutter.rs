@@ -66,19 +66,11 @@ pub async fn action(dev: &Arc<Device>, b: &Binding, body: &[u8]) -> Option<(u16,
         Ok(a) => a,
         Err(r) => return Some((200, r)),
     };
-    {
-        let (dev, b, active, slot) = (dev.clone(), b.clone(), active.clone(), slot.clone());
-        tokio::spawn(async move {
-            let result = run(&dev, &b, &active, &payload, &dart_epoch, &action_id).await;
-            execution::settle(&dev, &b.bundle, &slot, &active, result);
-        });
-    }
-    let reply = active.reply(timeout_ms).await?;
-    if reply["settled"] == true && std::mem::take(&mut dev.faults.lock().unwrap().drop_next_action_reply) {
-        dev.record("fault", json!({ "kind": "action-reply-lost", "bundleId": b.bundle, "actionId": reply["actionId"] }));
-        return None;
-    }
-    Some((200, reply))
+    let task = {
+        let (dev, b, active) = (dev.clone(), b.clone(), active.clone());
+        async move { run(&dev, &b, &active, &payload, &dart_epoch, &action_id).await }
+    };
+    execution::run_admitted(dev, &b.bundle, &slot, &active, timeout_ms, task).await
 }
 
 async fn run(dev: &Arc<Device>, b: &Binding, active: &execution::Active, payload: &Map<String, Value>, dart_epoch: &str, action_id: &str) -> Value {

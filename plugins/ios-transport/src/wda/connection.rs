@@ -14,6 +14,7 @@ use super::descriptor::{self, Descriptor};
 use super::execution::{self, ActionReply, Found};
 use super::{EXECUTION_SCHEMA, identity};
 use crate::http::{self, Failure, FailureKind};
+use crate::ids::query_value;
 use crate::{Deadline, DeviceRecord, Devicectl, ProviderError, base_url, require_developer_tunnel, select_device};
 
 pub use super::identity::Target;
@@ -40,6 +41,8 @@ pub struct Connection {
 
 /// Select `device_id` and open its Runner `runner_bundle_id` (see [`open`]).
 pub async fn connect(devicectl: &Devicectl, device_id: &str, runner_bundle_id: &str, wda_url: Option<&str>, deadline: Deadline) -> Result<Connection, ProviderError> {
+    // Bad input is refused before any device access.
+    wda_url.map(explicit).transpose()?;
     let devices = devicectl.list_devices(crate::devicectl::step(deadline, 30)).await?;
     let device = select_device(&devices, device_id)?;
     open(devicectl, device, runner_bundle_id, wda_url, deadline).await
@@ -68,19 +71,6 @@ fn explicit(u: &str) -> Result<String, ProviderError> {
         return Err(ProviderError::new(crate::codes::IOS_URL_UNSUPPORTED, format!("wdaUrl must be http://host[:port][/path] (no query; this build has no TLS), not {u:?}")).with_field("wdaUrl").not_dispatched());
     }
     Ok(u.trim_end_matches('/').to_string())
-}
-
-/// Percent-encode a query value (action ids and base64 cursors).
-fn query_value(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 fn step(deadline: Deadline, cap: Duration) -> Duration {
@@ -216,6 +206,16 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn a_bad_wda_url_is_refused_before_devicectl_runs() {
+        // A devicectl that cannot even start would fail with its own code: the URL is checked first.
+        let devicectl = Devicectl::resolve(Some("/nonexistent/devicectl"));
+        let e = connect(&devicectl, "phone", "r.xctrunner", Some("http:///no-host"), Deadline::after(Duration::from_secs(5))).await.unwrap_err();
+        assert_eq!((e.error.as_str(), e.field.as_deref(), e.dispatched), (crate::codes::IOS_URL_UNSUPPORTED, Some("wdaUrl"), Some(false)));
+        let e = connect(&devicectl, "phone", "r.xctrunner", Some("http://127.0.0.1:8100"), Deadline::after(Duration::from_secs(5))).await.unwrap_err();
+        assert_eq!(e.error, crate::codes::IOS_DEVICECTL_UNAVAILABLE, "a good URL goes on to the device");
+    }
+
     #[test]
     fn an_unprepared_runner_is_refused_at_the_preflight() {
         assert!(check_status(&json!({"ok": true, "executionSchema": EXECUTION_SCHEMA, "ready": true})).is_ok());
@@ -223,11 +223,5 @@ mod tests {
         let e = check_status(&json!({"ready": true, "message": "WebDriverAgent is ready to accept commands"})).unwrap_err();
         assert_eq!((e.error.as_str(), e.dispatched), (IOS_WDA_EXECUTION_UNAVAILABLE, Some(false)));
         assert!(check_status(&json!({"ok": false, "executionSchema": EXECUTION_SCHEMA})).is_err());
-    }
-
-    #[test]
-    fn query_values_are_percent_encoded() {
-        assert_eq!(query_value("host-action-1-2-3"), "host-action-1-2-3");
-        assert_eq!(query_value("eyJ+/="), "eyJ%2B%2F%3D");
     }
 }

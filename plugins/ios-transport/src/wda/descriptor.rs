@@ -30,15 +30,7 @@ impl Descriptor {
     }
 }
 
-/// `[A-Za-z0-9_.-]{1,255}` (bundle ids of the App and of the Runner).
-pub fn is_bundle_id(s: &str) -> bool {
-    (1..=255).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
-}
-
-/// `[A-Za-z0-9_-]{1,128}` (a Runner process's epoch: a UUID in practice).
-pub fn is_runtime_epoch(s: &str) -> bool {
-    (1..=128).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-".contains(&b))
-}
+pub use crate::ids::{is_bundle_id, is_runtime_epoch};
 
 fn invalid(message: String, doc: &Value) -> ProviderError {
     ProviderError::new(INVALID_IOS_WDA_DESCRIPTOR, message).with_field("wdaRunnerBundleId").with_details(json!({"descriptor": doc})).not_dispatched()

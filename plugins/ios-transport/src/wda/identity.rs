@@ -69,9 +69,11 @@ pub fn value_of(d: &Descriptor, status: u16, body: &Value) -> Result<Value, Prov
     let Some(value) = body.get("value") else {
         return Err(ProviderError::new(IOS_WDA_PROTOCOL_ERROR, format!("the WDA response (HTTP {status}) has no value")).with_details(json!({"httpStatus": status})));
     };
-    if let Some(code) = value.get("error").and_then(Value::as_str).filter(|c| !c.is_empty()) {
-        let message = value.get("message").and_then(Value::as_str).unwrap_or("the Runner refused the request");
-        return Err(ProviderError::new(code, message.to_string()).with_details(json!({"httpStatus": status, "value": value})));
+    if value.get("error").and_then(Value::as_str).is_some_and(|c| !c.is_empty()) {
+        // Any error fails the request; only a code-shaped one is relayed as the code.
+        let code = crate::ids::peer_code(value.get("error")).unwrap_or(IOS_WDA_PROTOCOL_ERROR);
+        let message = crate::ids::peer_message(value.get("message")).unwrap_or_else(|| "the Runner refused the request".to_string());
+        return Err(ProviderError::new(code, message).with_details(json!({"httpStatus": status, "value": value})));
     }
     if !(200..300).contains(&status) {
         return Err(ProviderError::new(IOS_WDA_PROTOCOL_ERROR, format!("the Runner answered HTTP {status} without an error code")).with_details(json!({"httpStatus": status, "value": value})));
@@ -124,6 +126,10 @@ mod tests {
         let body = json!({"wdaBinding": d().binding(), "value": {"error": "ios_wda_target_changed", "message": "switched"}});
         let e = value_of(&d(), 200, &body).unwrap_err();
         assert_eq!((e.error.as_str(), e.message.as_str()), ("ios_wda_target_changed", "switched"));
+        // A hostile code is never relayed, yet still fails the request.
+        let body = json!({"wdaBinding": d().binding(), "value": {"error": "not a code ".repeat(1000), "message": "m".repeat(100_000)}});
+        let e = value_of(&d(), 200, &body).unwrap_err();
+        assert_eq!((e.error.as_str(), e.message.chars().count()), (IOS_WDA_PROTOCOL_ERROR, crate::ids::MAX_PEER_MESSAGE));
         let e = value_of(&d(), 500, &json!({"wdaBinding": d().binding(), "value": {}})).unwrap_err();
         assert_eq!(e.error, IOS_WDA_PROTOCOL_ERROR);
         assert_eq!(value_of(&d(), 200, &json!({"wdaBinding": d().binding()})).unwrap_err().error, IOS_WDA_PROTOCOL_ERROR);

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use aab_ios_transport::codes::{IOS_DEVICECTL_FAILED, IOS_DEVICECTL_UNAVAILABLE};
+use aab_ios_transport::devicectl::mutation_failure;
 use aab_plugin_api::{Command, CommandSpec, Context, Invocation, ProviderError, Reply};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -17,16 +17,6 @@ use serde_json::{Value, json};
 use super::{cancellable, deadline};
 use crate::IosProvider;
 use crate::manifest::{INSTALL_TIMEOUTS, bundle_id, device_mutation, object, props};
-
-/// A devicectl mutation's failure, by what it proves about the effect.
-fn after_dispatch(e: ProviderError) -> ProviderError {
-    match e.error.as_str() {
-        IOS_DEVICECTL_UNAVAILABLE => e.not_dispatched(),
-        // devicectl ran and wrote its failure document: the device's own answer.
-        IOS_DEVICECTL_FAILED => e.settled_after_dispatch(),
-        _ => e,
-    }
-}
 
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -82,7 +72,7 @@ impl Command for InstallApp {
         cancellable(ctx, async {
             let device = crate::runtime::device(&args.device_id, args.devicectl.as_deref(), deadline).await?;
             ctx.mark_dispatched();
-            let result = device.devicectl.install_app(&device.record.identifier, &path, deadline).await.map_err(after_dispatch)?;
+            let result = device.devicectl.install_app(&device.record.identifier, &path, deadline).await.map_err(mutation_failure)?;
             Ok(Reply::Json(json!({"ok": true, "deviceId": device.record.identifier, "udid": device.record.udid, "appPath": path, "installed": installed(&result), "devicectl": result})))
         })
         .await
@@ -118,7 +108,7 @@ impl Command for LaunchApp {
             let device = crate::runtime::device(&args.device_id, args.devicectl.as_deref(), deadline).await?;
             ctx.mark_dispatched();
             let terminate = args.terminate_existing.unwrap_or(false);
-            let result = device.devicectl.launch(&device.record.identifier, &args.bundle_id, terminate, deadline).await.map_err(after_dispatch)?;
+            let result = device.devicectl.launch(&device.record.identifier, &args.bundle_id, terminate, deadline).await.map_err(mutation_failure)?;
             let pid = result.pointer("/process/processIdentifier").cloned().unwrap_or(Value::Null);
             Ok(Reply::Json(json!({"ok": true, "deviceId": device.record.identifier, "udid": device.record.udid, "bundleId": args.bundle_id, "terminateExisting": terminate, "processId": pid, "devicectl": result})))
         })
@@ -143,14 +133,5 @@ mod tests {
             let e = app_path(dir.path(), bad).unwrap_err();
             assert_eq!((e.error.as_str(), e.field.as_deref(), e.dispatched), ("invalid_argument", Some("appPath"), Some(false)), "{bad}");
         }
-    }
-
-    #[test]
-    fn devicectl_failures_say_what_they_prove() {
-        assert_eq!(after_dispatch(ProviderError::new(IOS_DEVICECTL_UNAVAILABLE, "")).dispatched, Some(false));
-        let failed = after_dispatch(ProviderError::new(IOS_DEVICECTL_FAILED, ""));
-        assert_eq!((failed.dispatched, failed.ambiguous), (Some(true), Some(false)));
-        let timeout = after_dispatch(ProviderError::new(aab_ios_transport::codes::IOS_DEVICECTL_TIMEOUT, ""));
-        assert_eq!((timeout.dispatched, timeout.ambiguous), (None, None), "unknown: the host leaves it ambiguous");
     }
 }

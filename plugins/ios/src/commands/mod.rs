@@ -96,18 +96,7 @@ app_args!(
     AppArgs {}
 );
 
-/// The command's deadline (the host's: queueing already spent its share).
-pub fn deadline(ctx: &Context<'_>) -> Deadline {
-    Deadline::after(ctx.remaining())
-}
-
-/// Run `work` unless the host cancels first (then the work is dropped).
-pub async fn cancellable<T>(ctx: &Context<'_>, work: impl Future<Output = Result<T, ProviderError>>) -> Result<T, ProviderError> {
-    tokio::select! {
-        r = work => r,
-        _ = ctx.cancelled() => Err(ProviderError::new(aab_plugin_api::codes::CANCELLED, "the command was cancelled or its deadline passed")),
-    }
-}
+pub use aab_ios_transport::command::{cancellable, deadline};
 
 /// Connect, then run a read on the connection (bad overrides fail before any
 /// device access).

@@ -7,7 +7,6 @@
 
 use aab_ios_transport::wda::Target;
 use aab_plugin_api::{Command, CommandSpec, Context, Invocation, ProviderError, Reply};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{cancellable, reach};
@@ -35,20 +34,12 @@ fn spec() -> CommandSpec {
     wda_mutation("ios-input", "Type text into one editor of the session's App (exactly one of elementId or accessibilityId, resolved to exactly one W3C element), optionally clearing it first (clearFirst); one managed input action with a receipt, never retried.").input_schema(schema)
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct InputArgs {
-    pub device_id: String,
-    pub wda_runner_bundle_id: String,
-    pub bundle_id: String,
-    pub wda_session_id: String,
-    pub wda_url: Option<String>,
-    pub devicectl: Option<String>,
-    pub text: String,
-    pub element_id: Option<String>,
-    pub accessibility_id: Option<String>,
-    pub clear_first: Option<bool>,
-}
+super::app_args!(InputArgs {
+    text: String,
+    element_id: Option<String>,
+    accessibility_id: Option<String>,
+    clear_first: Option<bool>,
+});
 
 /// The one element UID of a W3C find-elements answer.
 pub fn single_element(found: &Value, accessibility_id: &str) -> Result<String, ProviderError> {
@@ -81,8 +72,7 @@ impl Command for Input {
     }
     async fn run(_: &WdaProvider, ctx: &Context<'_>, inv: &Invocation, args: InputArgs) -> Result<Reply, ProviderError> {
         cancellable(ctx, async {
-            let wda = crate::runner::open(ctx, &reach!(args)).await?;
-            let target = wda.bound(&args.bundle_id, &args.wda_session_id).await?;
+            let (wda, target) = crate::runner::open_session(ctx, &reach!(args), &args.bundle_id, &args.wda_session_id).await?;
             let element = match (&args.element_id, &args.accessibility_id) {
                 (Some(e), _) => e.clone(),
                 (None, Some(a)) => resolve(&wda, &target, a).await?,

@@ -3,9 +3,7 @@
 //! against the host's deadline and races the host's cancellation; dropping the
 //! work closes its HTTP requests and devicectl children.
 
-use std::future::Future;
-
-use aab_plugin_api::{Commands, Context, ProviderError};
+use aab_plugin_api::Commands;
 
 use crate::WdaProvider;
 
@@ -33,13 +31,27 @@ pub fn list() -> Commands<WdaProvider> {
         .add::<setup::Setup>()
 }
 
-/// Run `work` unless the host cancels first (then the work is dropped).
-pub(crate) async fn cancellable<T>(ctx: &Context<'_>, work: impl Future<Output = Result<T, ProviderError>>) -> Result<T, ProviderError> {
-    tokio::select! {
-        r = work => r,
-        _ = ctx.cancelled() => Err(ProviderError::new(aab_plugin_api::codes::CANCELLED, "the command was cancelled or its deadline passed")),
-    }
+pub(crate) use aab_ios_transport::command::cancellable;
+
+/// The arguments struct of an App-scoped command: the four ids of
+/// [`crate::manifest::APP_REQUIRED`] and the connection options every such
+/// command takes, then the command's own fields (unknown fields are refused).
+macro_rules! app_args {
+    ($name:ident { $($field:ident : $ty:ty),* $(,)? }) => {
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields, rename_all = "camelCase")]
+        pub struct $name {
+            pub device_id: String,
+            pub wda_runner_bundle_id: String,
+            pub bundle_id: String,
+            pub wda_session_id: String,
+            pub wda_url: Option<String>,
+            pub devicectl: Option<String>,
+            $(pub $field: $ty,)*
+        }
+    };
 }
+pub(crate) use app_args;
 
 /// The [`crate::runner::Reach`] of an arguments struct with the connection fields.
 macro_rules! reach {

@@ -9,7 +9,6 @@
 
 use aab_ios_transport::wda::NATIVE_TARGET_SCHEMA;
 use aab_plugin_api::{Command, CommandSpec, Context, Invocation, ProviderError, Reply};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::tree::read_tree;
@@ -19,19 +18,11 @@ use crate::manifest::{APP_REQUIRED, app_props, expected_target, native_selector,
 use crate::native_target::{TARGET_SCHEMA_REQUIRED, check_expected_target, resolve, summary, target_ref};
 use crate::runner::Wda;
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct NativeArgs {
-    pub device_id: String,
-    pub wda_runner_bundle_id: String,
-    pub bundle_id: String,
-    pub wda_session_id: String,
-    pub wda_url: Option<String>,
-    pub devicectl: Option<String>,
-    pub selector: Value,
-    pub expected_target: Option<Value>,
-    pub text: Option<String>,
-}
+super::app_args!(NativeArgs {
+    selector: Value,
+    expected_target: Option<Value>,
+    text: Option<String>,
+});
 
 fn schema(with_text: bool) -> Value {
     let mut required = APP_REQUIRED.to_vec();

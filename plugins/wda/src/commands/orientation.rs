@@ -7,7 +7,6 @@
 
 use aab_ios_transport::wda::ORIENTATION_SCHEMA;
 use aab_plugin_api::{Command, CommandSpec, Context, Invocation, ProviderError, Reply};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{cancellable, reach};
@@ -18,18 +17,10 @@ use crate::runner::outcome;
 
 pub const ORIENTATION_UNSUPPORTED: &str = "ios_wda_orientation_unsupported";
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct OrientationArgs {
-    pub device_id: String,
-    pub wda_runner_bundle_id: String,
-    pub bundle_id: String,
-    pub wda_session_id: String,
-    pub wda_url: Option<String>,
-    pub devicectl: Option<String>,
-    pub orientation: String,
-    pub expected_session: Option<Value>,
-}
+super::app_args!(OrientationArgs {
+    orientation: String,
+    expected_session: Option<Value>,
+});
 
 /// The Runner must advertise the orientation contract.
 pub fn require_orientation(status: &Value) -> Result<(), ProviderError> {

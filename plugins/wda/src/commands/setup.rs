@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use aab_ios_transport::wda::{DEFAULT_TEST_BUNDLE_ID, descriptor};
+use aab_ios_transport::devicectl::mutation_failure;
 use aab_ios_transport::{Deadline, DeviceRecord, Devicectl, require_developer_tunnel, select_device};
 use aab_plugin_api::host::Durability;
 use aab_plugin_api::{Command, CommandSpec, Context, Invocation, ProviderError, Reply};
@@ -193,10 +194,10 @@ async fn run(ctx: &Context<'_>, inv: &Invocation, args: &SetupArgs) -> Result<Va
     append_record(ctx, &inv.action_id, &record)?;
     ctx.mark_dispatched();
     if let Some(app) = &plan.app_path {
-        let installed = devicectl.install_app(&device.identifier, app, deadline).await.map_err(|e| e.settled_after_dispatch())?;
+        let installed = devicectl.install_app(&device.identifier, app, deadline).await.map_err(mutation_failure)?;
         out["app"] = json!({"installed": installed, "appPath": app});
     }
-    let mut child = xcodebuild::start_test(&build, &test_log)?;
+    let mut child = xcodebuild::start_test(&build, &test_log).map_err(|e| after_install(e, plan.app_path.is_some()))?;
     let pid = child.id();
     let mut guard = GroupGuard::new(pid);
     record["xcodebuildPid"] = json!(pid);
@@ -242,7 +243,7 @@ async fn run(ctx: &Context<'_>, inv: &Invocation, args: &SetupArgs) -> Result<Va
 async fn launch_and_check(devicectl: &Devicectl, device: &DeviceRecord, bundle: &str, deadline: Deadline) -> Result<Value, ProviderError> {
     use aab_ios_transport::sdk;
     let overrides = sdk::Overrides::default();
-    let launched = devicectl.launch(&device.identifier, bundle, false, deadline).await.map_err(|e| e.settled_after_dispatch())?;
+    let launched = devicectl.launch(&device.identifier, bundle, false, deadline).await.map_err(mutation_failure)?;
     loop {
         let last = match sdk::open(devicectl, device.clone(), bundle, &overrides, deadline.capped(Duration::from_secs(10))).await {
             Ok(conn) => match sdk::read(&conn.endpoint, "/v1/status", deadline).await {
@@ -256,6 +257,12 @@ async fn launch_and_check(devicectl: &Devicectl, device: &DeviceRecord, bundle: 
         }
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// A failure to start the test run: nothing happened when setup installed nothing
+/// before it, but an installed app is an effect the device already has.
+fn after_install(e: ProviderError, installed: bool) -> ProviderError {
+    if installed { e.settled_after_dispatch() } else { e }
 }
 
 fn append_record(ctx: &Context<'_>, action_id: &str, record: &Value) -> Result<(), ProviderError> {
@@ -320,6 +327,14 @@ mod tests {
 
     fn args(v: Value) -> SetupArgs {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_test_run_that_cannot_start_after_an_install_is_still_dispatched() {
+        let spawn = || ProviderError::new(xcodebuild::XCODEBUILD_UNAVAILABLE, "cannot run xcodebuild").not_dispatched();
+        assert_eq!(after_install(spawn(), false).dispatched, Some(false), "nothing ran before it");
+        let e = after_install(spawn(), true);
+        assert_eq!((e.dispatched, e.ambiguous), (Some(true), Some(false)), "the install happened");
     }
 
     #[test]

@@ -4,7 +4,6 @@
 //! event, not what lies under the point.
 
 use aab_plugin_api::{Command, CommandSpec, Context, Invocation, ProviderError, Reply};
-use serde::Deserialize;
 use serde_json::json;
 
 use super::{cancellable, reach};
@@ -13,18 +12,10 @@ use crate::manifest::{APP_REQUIRED, app_props, coordinate, object, wda_mutation}
 
 const DEFAULT_SWIPE_MS: u64 = 300;
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct TapArgs {
-    pub device_id: String,
-    pub wda_runner_bundle_id: String,
-    pub bundle_id: String,
-    pub wda_session_id: String,
-    pub wda_url: Option<String>,
-    pub devicectl: Option<String>,
-    pub tap_x: f64,
-    pub tap_y: f64,
-}
+super::app_args!(TapArgs {
+    tap_x: f64,
+    tap_y: f64,
+});
 
 pub struct Tap;
 impl Command for Tap {
@@ -38,8 +29,7 @@ impl Command for Tap {
     }
     async fn run(_: &WdaProvider, ctx: &Context<'_>, inv: &Invocation, args: TapArgs) -> Result<Reply, ProviderError> {
         cancellable(ctx, async {
-            let wda = crate::runner::open(ctx, &reach!(args)).await?;
-            let target = wda.bound(&args.bundle_id, &args.wda_session_id).await?;
+            let (wda, target) = crate::runner::open_session(ctx, &reach!(args), &args.bundle_id, &args.wda_session_id).await?;
             let settled = wda.execute(ctx, inv, "ios-tap", "tap", &target, json!({"x": args.tap_x, "y": args.tap_y})).await?;
             Ok(Reply::Json(wda.action_reply(inv, &target, "tap", &settled)))
         })
@@ -47,21 +37,13 @@ impl Command for Tap {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct SwipeArgs {
-    pub device_id: String,
-    pub wda_runner_bundle_id: String,
-    pub bundle_id: String,
-    pub wda_session_id: String,
-    pub wda_url: Option<String>,
-    pub devicectl: Option<String>,
-    pub start_x: f64,
-    pub start_y: f64,
-    pub end_x: f64,
-    pub end_y: f64,
-    pub duration_ms: Option<u64>,
-}
+super::app_args!(SwipeArgs {
+    start_x: f64,
+    start_y: f64,
+    end_x: f64,
+    end_y: f64,
+    duration_ms: Option<u64>,
+});
 
 pub struct Swipe;
 impl Command for Swipe {
@@ -81,8 +63,7 @@ impl Command for Swipe {
     }
     async fn run(_: &WdaProvider, ctx: &Context<'_>, inv: &Invocation, args: SwipeArgs) -> Result<Reply, ProviderError> {
         cancellable(ctx, async {
-            let wda = crate::runner::open(ctx, &reach!(args)).await?;
-            let target = wda.bound(&args.bundle_id, &args.wda_session_id).await?;
+            let (wda, target) = crate::runner::open_session(ctx, &reach!(args), &args.bundle_id, &args.wda_session_id).await?;
             let payload = json!({"startX": args.start_x, "startY": args.start_y, "endX": args.end_x, "endY": args.end_y, "durationMs": args.duration_ms.unwrap_or(DEFAULT_SWIPE_MS)});
             let settled = wda.execute(ctx, inv, "ios-swipe", "swipe", &target, payload).await?;
             Ok(Reply::Json(wda.action_reply(inv, &target, "swipe", &settled)))

@@ -7,7 +7,6 @@
 
 use aab_ios_transport::wda::Target;
 use aab_plugin_api::{Command, CommandSpec, Context, Invocation, ProviderError, Reply};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{cancellable, reach};
@@ -26,17 +25,9 @@ fn spec() -> CommandSpec {
         ))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct TreeArgs {
-    pub device_id: String,
-    pub wda_runner_bundle_id: String,
-    pub bundle_id: String,
-    pub wda_session_id: String,
-    pub wda_url: Option<String>,
-    pub devicectl: Option<String>,
-    pub max_nodes: Option<usize>,
-}
+super::app_args!(TreeArgs {
+    max_nodes: Option<usize>,
+});
 
 /// The source path of a session (the id is a path segment of safe characters).
 pub fn source_path(session_id: &str) -> String {
@@ -64,8 +55,7 @@ impl Command for UiaTree {
     }
     async fn run(_: &WdaProvider, ctx: &Context<'_>, _: &Invocation, args: TreeArgs) -> Result<Reply, ProviderError> {
         cancellable(ctx, async {
-            let wda = crate::runner::open(ctx, &reach!(args)).await?;
-            let target = wda.bound(&args.bundle_id, &args.wda_session_id).await?;
+            let (wda, target) = crate::runner::open_session(ctx, &reach!(args), &args.bundle_id, &args.wda_session_id).await?;
             let (sref, mut nodes) = read_tree(&wda, &target).await?;
             let count = nodes.len();
             let max = args.max_nodes.unwrap_or(DEFAULT_MAX_NODES);
