@@ -170,7 +170,9 @@ fn ios_wda_sessions_tree_and_actions_reach_the_device_once_each_and_refusals_rea
 
 #[test]
 fn ios_wda_lost_reply_stays_unresolved_until_reconcile_settles_it_from_the_original_epoch() {
-    let w = wda_world();
+    // With the ios plugin too: `ios-execution --operation reconcile` is how an operator
+    // settles a WDA action (the host routes it to the journal's owning plugin, wda).
+    let w = World::new(&[("aab_plugin_wda", "wda"), ("aab_plugin_ios", "ios")]);
     w.runner_with_app();
     let first_epoch = w.state()["runner"]["runtimeEpoch"].clone();
     let created = w.ok("ios-wda-session", with(&w.runner(), json!({"operation": "create", "bundleId": APP})));
@@ -198,7 +200,8 @@ fn ios_wda_lost_reply_stays_unresolved_until_reconcile_settles_it_from_the_origi
     w.control(json!({"op": "start-runner"}));
     let second_epoch = w.state()["runner"]["runtimeEpoch"].clone();
     assert_ne!(first_epoch, second_epoch);
-    let settled = w.ok("device-ownership", json!({"operation": "reconcile", "serial": w.device_key()}));
+    let settled = w.ok("ios-execution", json!({"operation": "reconcile", "deviceId": w.sim.devices[0].identifier, "bundleId": APP}));
+    assert_eq!(settled["deviceKey"], json!(w.device_key()), "reconcile by the CoreDevice identifier settles the UDID's journal: {settled}");
     assert_eq!((settled["recovered"].clone(), settled["phase"].clone()), (json!(true), json!("idle")), "{settled}");
     let receipt = &settled["executionReceipt"];
     assert_eq!((receipt["actionId"].clone(), receipt["runnerEpoch"].clone(), receipt["servingRunnerEpoch"].clone()), (pending.clone(), first_epoch, second_epoch), "{settled}");

@@ -110,7 +110,8 @@ impl Devicectl {
     }
 
     /// `device copy from` one file of an app's data container into a private temp
-    /// dir, read with `max_bytes` as the cap. `None`: devicectl says the file is not
+    /// dir, read with `max_bytes` as the cap (an oversized file comes back as its first
+    /// `max_bytes + 1` bytes, for the caller to refuse). `None`: devicectl says the file is not
     /// there (the document's error names a missing file).
     pub async fn copy_from_container(&self, device: &str, bundle_id: &str, source: &str, max_bytes: u64, deadline: Deadline) -> Result<Option<Vec<u8>>, ProviderError> {
         let dir = tempfile::Builder::new().prefix("aab-container-").tempdir().map_err(|e| ProviderError::new(IOS_DEVICECTL_UNAVAILABLE, format!("no temporary directory: {e}")).not_dispatched())?;
@@ -134,9 +135,8 @@ impl Devicectl {
         let file = tokio::fs::File::open(&dest).await.map_err(|e| ProviderError::new(IOS_DEVICECTL_OUTPUT_INVALID, format!("reading the copied {source}: {e}")).not_dispatched())?;
         let mut bytes = Vec::new();
         file.take(max_bytes + 1).read_to_end(&mut bytes).await.map_err(|e| ProviderError::new(IOS_DEVICECTL_OUTPUT_INVALID, format!("reading the copied {source}: {e}")).not_dispatched())?;
-        if bytes.len() as u64 > max_bytes {
-            return Err(ProviderError::new(IOS_DEVICECTL_OUTPUT_INVALID, format!("{source} is larger than {max_bytes} bytes")).with_details(json!({"maxBytes": max_bytes})).not_dispatched());
-        }
+        // At most `max_bytes + 1` bytes come back: the caller's parser reports an
+        // oversized file with its own code (e.g. `invalid_ios_runtime_descriptor`).
         Ok(Some(bytes))
     }
 
@@ -226,7 +226,8 @@ fn names_missing_file(error: &Value) -> bool {
     let code = error.get("code").and_then(Value::as_i64);
     let domain = error.get("domain").and_then(Value::as_str).unwrap_or_default();
     let text = describe_error(error).unwrap_or_default().to_ascii_lowercase();
-    (domain == "NSCocoaErrorDomain" && matches!(code, Some(4) | Some(260))) || (domain == "NSPOSIXErrorDomain" && code == Some(2)) || text.contains("no such file") || text.contains("not found")
+    // Only a missing *file*: "device not found" or "app not found" are other failures.
+    (domain == "NSCocoaErrorDomain" && matches!(code, Some(4) | Some(260))) || (domain == "NSPOSIXErrorDomain" && code == Some(2)) || text.contains("no such file") || text.contains("file was not found") || text.contains("file not found")
 }
 
 /// One device of `list devices`, as aab uses it.
@@ -432,6 +433,7 @@ mod tests {
         assert!(names_missing_file(&json!({"code": 4, "domain": "NSCocoaErrorDomain", "userInfo": {}})));
         assert!(names_missing_file(&json!({"code": 1, "domain": "com.apple.dt.CoreDeviceError", "userInfo": {"NSLocalizedDescription": {"string": "The file was not found."}}})));
         assert!(!names_missing_file(&json!({"code": 1, "domain": "com.apple.dt.CoreDeviceError", "userInfo": {"NSLocalizedDescription": {"string": "The tunnel is down."}}})));
+        assert!(!names_missing_file(&json!({"code": 1000, "domain": "com.apple.dt.CoreDeviceError", "userInfo": {"NSLocalizedDescription": {"string": "The specified device was not found."}}})));
     }
 
     /// A fake devicectl (a shell script) proves the argument shape, the prefix,

@@ -12,6 +12,17 @@ pub fn bundle_id(description: &str) -> Value {
     json!({"type": "string", "pattern": BUNDLE_ID_PATTERN, "description": description})
 }
 
+/// A device id: a CoreDevice identifier, UDID, serial number or name — every
+/// alias `select_device` resolves (no control characters; names have spaces).
+pub fn device_id() -> Value {
+    json!({"type": "string", "minLength": 1, "maxLength": 256, "pattern": "^[^\\x00-\\x1F\\x7F]+$", "description": "The device: CoreDevice identifier, UDID, serial number or name (as devicectl list devices reports it)"})
+}
+
+/// An `http://` peer URL (no TLS stack is built: an `https://` URL would only fail later).
+pub fn http_url(description: &str) -> Value {
+    json!({"type": "string", "minLength": 8, "maxLength": 2048, "pattern": "^http://[^\\s?#]+$", "description": description})
+}
+
 /// A closed object schema: `properties`, nothing else, `required` present.
 pub fn object(properties: Value, required: &[&str]) -> Value {
     json!({"type": "object", "additionalProperties": false, "properties": properties, "required": required})

@@ -42,7 +42,7 @@ pub fn manifest() -> Manifest {
 // ---- option bundle -------------------------------------------------------------------
 
 pub fn device_id() -> Value {
-    json!({"type": "string", "pattern": "^[A-Za-z0-9-]{1,64}$", "description": "The device's CoreDevice identifier or UDID (as ios-devices lists them)"})
+    schema::device_id()
 }
 
 pub fn bundle_id() -> Value {
@@ -50,7 +50,7 @@ pub fn bundle_id() -> Value {
 }
 
 fn url(what: &str) -> Value {
-    json!({"type": "string", "minLength": 8, "maxLength": 2048, "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://", "description": what})
+    schema::http_url(what)
 }
 
 fn program(what: &str) -> Value {
@@ -128,7 +128,7 @@ fn execution_target() -> ExecutionTarget {
 }
 
 fn connection_fields() -> Vec<(&'static str, Value)> {
-    let p = props(json!({"wdaRunnerBundleId": bundle_id()}));
+    let p = props(json!({"wdaRunnerBundleId": schema::bundle_id("The prepared WebDriverAgent Runner app (test bundle id + .xctrunner) whose container holds the WDA descriptor")}));
     ["runtimeUrl", "iosHost", "iosPort", "wdaUrl", "wdaRunnerBundleId", "wdaSessionId", "devicectl", "xcodebuild"].into_iter().map(|k| (k, p[k].clone())).collect()
 }
 

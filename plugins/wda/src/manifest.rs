@@ -28,7 +28,7 @@ pub fn manifest() -> Manifest {
 
 /// Device ids: a CoreDevice identifier, UDID, serial number or device name.
 pub(crate) fn device_id() -> Value {
-    json!({"type": "string", "minLength": 1, "maxLength": 256, "pattern": "^[^\\x00-\\x1F\\x7F]+$", "description": "The device: CoreDevice identifier, UDID, serial number or name (as devicectl list devices reports it)"})
+    aab_ios_transport::schema::device_id()
 }
 
 pub(crate) use aab_ios_transport::schema::bundle_id;

@@ -190,7 +190,7 @@ impl Wda {
                 };
                 Err(ProviderError::new(
                     code,
-                    format!("the {operation}'s outcome is unknown ({reason}); it is never resent: the device stays unresolved until `ios-execution --operation reconcile --kind wda` or `device-ownership --operation reconcile` finds the Runner's completion"),
+                    format!("the {operation}'s outcome is unknown ({reason}); it is never resent: the device stays unresolved until `ios-execution --operation reconcile --device-id <device>` or `device-ownership --operation reconcile --serial ios:<UDID>` finds the Runner's completion"),
                 )
                 .with_details(json!({"ids": ids, "reason": reason, "reply": detail, "cancel": cancel, "ambiguous": true})))
             }

@@ -182,7 +182,9 @@ mod tests {
             let ok = |a: Value| aab_plugin_api::validate::validate_arguments(&spec.command, &v, &schema, &a);
             assert!(ok(json!({})).is_ok());
             assert!(ok(json!({"deviceId": "00008110-000A1C2E3F4B5D6E", "devicectl": "/x/xcrun", "timeoutMs": 1000})).is_ok());
-            assert_eq!(ok(json!({"deviceId": "has space"})).unwrap_err().field.as_deref(), Some("deviceId"));
+            // Names are aliases too (spaces allowed); control characters are not.
+            assert!(ok(json!({"deviceId": "AAB iPhone"})).is_ok());
+            assert_eq!(ok(json!({"deviceId": "bad\u{7}id"})).unwrap_err().field.as_deref(), Some("deviceId"));
             assert!(spec.script_permission.is_none() && spec.mutation == aab_plugin_api::protocol::Mutation::None, "{}", spec.command);
         }
         let doctor = Doctor::spec();
