@@ -129,8 +129,10 @@ fn ios_wda_sessions_tree_and_actions_reach_the_device_once_each_and_refusals_rea
     let tap = w.ok("ios-tap", with(&app, json!({"tapX": x, "tapY": y})));
     assert_eq!(w.wda_events(&tap["actionId"]).len(), 1);
     assert_eq!(tap["result"]["value"]["x"], json!(x), "{tap}");
-    let swipe = w.ok("ios-swipe", with(&app, json!({"startX": 195, "startY": 600, "endX": 195, "endY": 300, "durationMs": 50})));
-    assert_eq!(w.wda_events(&swipe["actionId"])[0]["event"], "swipe");
+    // A caller's requestId (a Script step's) is the id the Runner knows the action by.
+    let swipe = w.ok("ios-swipe", with(&app, json!({"startX": 195, "startY": 600, "endX": 195, "endY": 300, "durationMs": 50, "requestId": "script-swipe-1"})));
+    assert_eq!(swipe["actionId"], json!("script-swipe-1"), "{swipe}");
+    assert_eq!(w.wda_events(&json!("script-swipe-1"))[0]["event"], "swipe");
 
     // Orientation: observed, bound to the observed session; a stale session and an
     // ignored rotation are refused / reported, the latter settled (device stays idle).

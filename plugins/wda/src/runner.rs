@@ -132,13 +132,16 @@ impl Wda {
     }
 
     /// Run one managed action (see the module doc); the settled success value.
+    /// The Runner knows it by [`runner_action_id`]; the record is keyed by the host id.
     pub async fn execute(&self, ctx: &Context<'_>, inv: &Invocation, command: &str, operation: &str, target: &Target, payload: Value) -> Result<Value, ProviderError> {
-        let action_id = inv.action_id.as_str();
+        let runner_action_id = runner_action_id(inv);
+        let action_id = runner_action_id.as_str();
         let epoch = self.runner_epoch().to_string();
         let (timeout_ms, wait) = action_budget(self.deadline.remaining());
         let body = action_body(operation, target, payload, action_id, &epoch, timeout_ms);
         let rec = ActionRecord {
-            action_id: action_id.to_string(),
+            action_id: inv.action_id.clone(),
+            runner_action_id: runner_action_id.clone(),
             command: command.to_string(),
             operation: operation.to_string(),
             device_id: self.device_id.clone(),
@@ -202,7 +205,8 @@ impl Wda {
         let mut out = self.facts(Some(target));
         out["ok"] = json!(true);
         out["operation"] = json!(operation);
-        out["actionId"] = json!(inv.action_id);
+        out["actionId"] = json!(runner_action_id(inv));
+        out["hostActionId"] = json!(inv.action_id);
         out["settled"] = json!(true);
         out["dispatched"] = settled["dispatched"].clone();
         out["ambiguous"] = json!(false);
@@ -223,9 +227,28 @@ pub fn proof(v: &Value) -> Value {
     json!({"kind": "wda", "settled": true, "actionId": v["actionId"], "runtimeEpoch": v["runtimeEpoch"], "execution": v["execution"], "dispatched": v["dispatched"], "error": v.get("error").cloned().unwrap_or(Value::Null), "resultSha256": sha256_json(v)})
 }
 
+/// The id the Runner knows an action by: a Script's `requestId` (or Intent's
+/// runtime action id) is preserved as the contract asks, when the Runner's grammar
+/// takes it (1..256 visible ASCII); otherwise the host action id.
+pub fn runner_action_id(inv: &Invocation) -> String {
+    match &inv.request_id {
+        Some(r) if (1..=256).contains(&r.len()) && r.bytes().all(|b| b.is_ascii_graphic()) => r.clone(),
+        _ => inv.action_id.clone(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_runner_keeps_the_caller_s_request_id_when_its_grammar_takes_it() {
+        let inv = Invocation::new("ios-tap", serde_json::json!({}), "host-action-1", "rt", "/", 1000);
+        assert_eq!(runner_action_id(&inv), "host-action-1");
+        assert_eq!(runner_action_id(&inv.clone().with_request_id(Some("script-step-7".into()))), "script-step-7");
+        assert_eq!(runner_action_id(&inv.clone().with_request_id(Some("has space".into()))), "host-action-1");
+        assert_eq!(runner_action_id(&inv.clone().with_request_id(Some("x".repeat(257)))), "host-action-1");
+    }
 
     fn view(fg: (&str, u64), session: Option<(&str, &str, u64)>) -> Value {
         json!({"foreground": {"bundleId": fg.0, "processId": fg.1}, "session": session.map(|(id, b, p)| json!({"sessionId": id, "bundleId": b, "processId": p}))})

@@ -193,9 +193,9 @@ pub async fn settle(devicectl: &Devicectl, record: &ActionRecord, deadline: Dead
     if conn.device.udid != record.udid {
         return unsettled("device_changed", json!({"recordedUdid": record.udid, "selectedUdid": conn.device.udid}));
     }
-    match conn.find_result(&record.action_id, &record.runner_epoch, deadline).await {
+    match conn.find_result(&record.runner_action_id, &record.runner_epoch, deadline).await {
         Ok(Some(found)) => Settlement::Settled { found, serving_epoch: conn.descriptor.runtime_epoch },
-        Ok(None) => unsettled("completion_not_found", json!({"actionId": record.action_id, "runnerEpoch": record.runner_epoch, "servingEpoch": conn.descriptor.runtime_epoch})),
+        Ok(None) => unsettled("completion_not_found", json!({"actionId": record.runner_action_id, "runnerEpoch": record.runner_epoch, "servingEpoch": conn.descriptor.runtime_epoch})),
         Err(e) => unsettled(&e.error, json!({"message": e.message, "details": e.details})),
     }
 }

@@ -17,8 +17,11 @@ pub const ACTION_RECORD_UNAVAILABLE: &str = "action_record_unavailable";
 /// What reconciliation needs of one dispatched action.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ActionRecord {
-    /// The host action id, sent to the Runner as the action id.
+    /// The host action id (the ownership journal's pending id; the record's key).
     pub action_id: String,
+    /// The id the Runner knows the action by: a Script's `requestId` or Intent's
+    /// runtime action id when there is one, else the host action id.
+    pub runner_action_id: String,
     pub command: String,
     /// The managed operation (`tap`, `session-create`, …).
     pub operation: String,
@@ -41,7 +44,7 @@ pub struct ActionRecord {
 impl ActionRecord {
     pub fn to_json(&self) -> Value {
         json!({
-            "schemaVersion": SCHEMA, "kind": "wda", "actionId": self.action_id, "command": self.command, "operation": self.operation,
+            "schemaVersion": SCHEMA, "kind": "wda", "actionId": self.action_id, "runnerActionId": self.runner_action_id, "command": self.command, "operation": self.operation,
             "deviceId": self.device_id, "device": {"identifier": self.device_identifier, "udid": self.udid},
             "runner": {"bundleId": self.runner_bundle_id, "runtimeEpoch": self.runner_epoch, "processId": self.runner_process_id},
             "wdaUrl": self.wda_url, "devicectl": self.devicectl, "target": self.target,
@@ -53,8 +56,10 @@ impl ActionRecord {
             return None;
         }
         let s = |p: &str| v.pointer(p).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
+        let action_id = s("/actionId")?;
         Some(ActionRecord {
-            action_id: s("/actionId")?,
+            runner_action_id: s("/runnerActionId").unwrap_or_else(|| action_id.clone()),
+            action_id,
             command: s("/command")?,
             operation: s("/operation")?,
             device_id: s("/deviceId")?,
@@ -106,6 +111,7 @@ mod tests {
     fn a_record_round_trips_and_a_foreign_one_is_ignored() {
         let r = ActionRecord {
             action_id: "host-action-1".into(),
+            runner_action_id: "script-step-3".into(),
             command: "ios-tap".into(),
             operation: "tap".into(),
             device_id: "iPhone".into(),
