@@ -120,6 +120,10 @@ pub const DEVICE_KEY_FEATURE: &str = "device-ownership.device-key";
 /// Manifest feature: a command's `operation:"reconcile"` is device-ownership reconcile.
 pub const RECONCILE_OPERATION_FEATURE: &str = "device-ownership.reconcile-operation";
 
+/// Manifest feature: a command's `operation:"status"` reply also carries the device's
+/// ownership journal status (`hostOwnership`).
+pub const STATUS_OPERATION_FEATURE: &str = "device-ownership.status-operation";
+
 /// The physical device a mutation is bound to, from the command's device key. The
 /// command's schema decides whether the device arguments are required (the registry
 /// is the only validator); a mutation that names no device takes no journal.
@@ -399,7 +403,13 @@ impl ExecutionHost {
             let marker = g.dispatch_marker();
             std::sync::Arc::new(move || marker.mark()) as loader::DispatchHook
         });
-        let outcome = invoke_plugin(PluginCall {
+        // `operation:"status"` of a plugin that asks for it also reports the device's
+        // ownership journal (the plugin cannot read it: only the host holds journals).
+        let status_device = match arguments.get("operation").and_then(Value::as_str) {
+            Some("status") if guard.is_none() && self.catalog.plugin_has_feature(&plugin, STATUS_OPERATION_FEATURE) => device_of(command, &arguments).ok().flatten().map(|raw| (raw, arguments.clone())),
+            _ => None,
+        };
+        let mut outcome = invoke_plugin(PluginCall {
             module,
             plugin: &plugin,
             command,
@@ -416,6 +426,20 @@ impl ExecutionHost {
             on_dispatch,
         })
         .await;
+        if let (Some((raw, args)), ExecOutcome::Json(Value::Object(reply))) = (status_device, &mut outcome) {
+            let journal = match self.canonical_device_key(command, &args, raw, deadline).await {
+                Ok(key) => {
+                    let ownership = self.ownership.clone();
+                    match tokio::task::spawn_blocking(move || ownership.status(&key)).await {
+                        Ok(Ok(v)) => v,
+                        Ok(Err(e)) => json!({"error": e.code, "message": e.message}),
+                        Err(e) => json!({"error": "device_ownership_unavailable", "message": e.to_string()}),
+                    }
+                }
+                Err(e) => json!({"error": e.code, "message": e.message}),
+            };
+            reply.insert("hostOwnership".into(), journal);
+        }
         if let Some(guard) = guard {
             let known = match &outcome {
                 // Not dispatched, or dispatched and settled by the device's receipt.

@@ -283,6 +283,9 @@ fn ios_h5_actions_land_in_the_real_page_once_and_stale_runtimes_are_refused() {
     w.refused("ios-h5-click", with(&base, json!({"selector": {"text": "Pay now"}})), "device_ownership_unresolved");
     let active = w.ok("ios-execution", with(&base, json!({"operation": "status"})));
     assert_eq!(active["active"]["kind"], json!("h5"), "the SDK still runs it: {active}");
+    // Status reports the host's side too: the journal of the phone, unresolved.
+    assert_eq!(active["hostOwnership"]["phase"], json!("unresolved"), "{active}");
+    assert_eq!(active["hostOwnership"]["serial"], json!(w.device_key()), "{active}");
     w.wait_truth("completion", "the delayed click's completion", |c| c["persisted"] == json!(true) && c["actionId"] == active["active"]["actionId"]);
     w.faults(json!({}));
     let reconciled = w.ok("ios-execution", with(&base, json!({"operation": "reconcile"})));

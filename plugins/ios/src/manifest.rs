@@ -28,7 +28,7 @@ pub fn manifest() -> Manifest {
     m.targets = vec![execution_target()];
     // One journal per physical phone (`ios:<UDID>`, whichever alias names it), and
     // `ios-execution --operation reconcile` is the host's device-ownership reconcile.
-    m.features = vec!["device-ownership.device-key".into(), "device-ownership.reconcile-operation".into()];
+    m.features = vec!["device-ownership.device-key".into(), "device-ownership.reconcile-operation".into(), "device-ownership.status-operation".into()];
     let commands = crate::commands::list().specs().map(|c| c.command.clone()).collect::<Vec<_>>();
     if commands.iter().any(|c| c == "ios-h5-dom") {
         m.intent_providers.push(h5_intent_provider(&commands));
