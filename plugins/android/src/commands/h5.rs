@@ -193,8 +193,7 @@ impl Dialect {
     {
         let selector = args.selector.clone().ok_or_else(|| missing("selector"))?;
         let interval = Duration::from_millis(args.interval_ms.unwrap_or(DEFAULT_INTERVAL_MS));
-        // Give up a little before the host's deadline so the reply carries the last look.
-        let margin = (ctx.remaining() / 10).clamp(Duration::from_millis(5), Duration::from_millis(250));
+        let margin = super::wait_margin(ctx.remaining());
         let started = Instant::now();
         let end = Deadline::after(ctx.remaining().saturating_sub(margin));
         let step = Duration::from_millis(args.adb_timeout_ms.unwrap_or(DEFAULT_ADB_TIMEOUT_MS));

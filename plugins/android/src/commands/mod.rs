@@ -47,6 +47,15 @@ pub(crate) mod install_apk;
 mod permission_dialog;
 mod webview;
 
+/// How long before the host's deadline a polling wait gives up, so that its own
+/// timeout (`h5_wait_timeout`, `wait_text_timeout`, …) carries the last look instead
+/// of the host's `deadline_exceeded`. The margin covers a read still unwinding at the
+/// wait's end on a loaded machine (a tenth — 80 ms of an 800 ms wait — lost that
+/// race in CI).
+pub(crate) fn wait_margin(remaining: Duration) -> Duration {
+    (remaining / 4).clamp(Duration::from_millis(20), Duration::from_millis(500))
+}
+
 /// Every Android command, in catalog order. One line per command: adding a command
 /// is a module with its spec, typed arguments and code, plus its line here.
 pub fn list() -> Commands<AndroidProvider> {

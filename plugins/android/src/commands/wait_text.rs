@@ -151,7 +151,7 @@ impl Command for WaitText {
         let app = AppArgs { package_name: args.package_name.clone(), serial: args.serial.clone(), port: args.port, adb: args.adb.clone(), adb_timeout_ms: args.adb_timeout_ms };
         let interval = Duration::from_millis(args.interval_ms.unwrap_or(DEFAULT_INTERVAL_MS));
         // Give up a little before the host's deadline so the reply can carry the last check.
-        let margin = (ctx.remaining() / 10).clamp(Duration::from_millis(5), Duration::from_millis(250));
+        let margin = super::wait_margin(ctx.remaining());
         let started = Instant::now();
         let end = Deadline::after(ctx.remaining().saturating_sub(margin));
         let budget = Budget { deadline: end, adb_step: Duration::from_millis(args.adb_timeout_ms.unwrap_or(DEFAULT_ADB_TIMEOUT_MS)) };
