@@ -54,6 +54,10 @@ pub enum Invocation {
     DemoAndroid { record: Option<PathBuf> },
     /// `aab demo android --help`.
     DemoAndroidUsage,
+    /// `aab demo ios`: the iOS demo on the simulated iPhone.
+    DemoIos,
+    /// `aab demo ios --help`.
+    DemoIosUsage,
     /// `--help COMMAND` / `COMMAND --help`: a `capabilities` query.
     CommandHelp { command: String, query: Value },
     /// A registry command; typed with the command's schema by [`CommandArgs::into_request`].
@@ -401,6 +405,9 @@ fn parse_demo(args: &[String]) -> Result<Invocation, Rejection> {
     if args.get(1).map(String::as_str) == Some("android") {
         return parse_demo_android(args);
     }
+    if args.get(1).map(String::as_str) == Some("ios") {
+        return parse_demo_ios(args);
+    }
     match (args.get(1).map(String::as_str), args.get(2)) {
         (None, _) => Ok(Invocation::Demo { browser: None }),
         (Some("--help" | "-h"), None) => Ok(Invocation::DemoUsage),
@@ -434,6 +441,16 @@ fn parse_demo_android(args: &[String]) -> Result<Invocation, Rejection> {
             };
             Err(unexpected("demo", args, index.min(args.len() - 1)))
         }
+    }
+}
+
+/// `demo ios`, `demo ios --help`.
+fn parse_demo_ios(args: &[String]) -> Result<Invocation, Rejection> {
+    match (args.get(2).map(String::as_str), args.len()) {
+        (None, _) => Ok(Invocation::DemoIos),
+        (Some("--help" | "-h"), 3) => Ok(Invocation::DemoIosUsage),
+        (Some("--help" | "-h"), _) => Err(unexpected("demo", args, 3)),
+        _ => Err(unexpected("demo", args, 2)),
     }
 }
 

@@ -18,7 +18,9 @@ use serde_json::{Value, json};
 pub const USAGE: &str = "aab demo [--browser PATH]\n\n\
 Starts the runtime and the Web endpoint, serves the sample app, opens it in headless\n\
 Chromium and drives it through observation, input, click, wait and capture reads,\n\
-printing what happens. Needs Chromium (apt-get install -y chromium).\n";
+printing what happens. Needs Chromium (apt-get install -y chromium).\n\n\
+Also: `aab demo android` (the simulated Android phone) and `aab demo ios` (the simulated\n\
+iPhone); each takes --help.\n";
 
 const BROWSER_NAMES: [&str; 4] = ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable"];
 const INSTALL_HINT: &str = "apt-get install -y chromium";

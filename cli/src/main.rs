@@ -11,6 +11,7 @@
 mod argv;
 mod demo;
 mod demo_android;
+mod demo_ios;
 mod mcp;
 mod mcp_wire;
 
@@ -53,6 +54,8 @@ fn try_main(args: &[std::ffi::OsString]) -> Result<i32, Rejection> {
         Invocation::DemoUsage => Ok(print_text(demo::USAGE)),
         Invocation::DemoAndroid { record } => Ok(demo_android::run(record.as_deref())),
         Invocation::DemoAndroidUsage => Ok(print_text(demo_android::USAGE)),
+        Invocation::DemoIos => Ok(demo_ios::run()),
+        Invocation::DemoIosUsage => Ok(print_text(demo_ios::USAGE)),
         Invocation::PluginsList => Ok(emit_reply(aab_host::plugins::list_report())),
         Invocation::PluginsBundle(options) => Ok(emit_reply(aab_host::plugins::bundle_report(&options))),
         Invocation::PluginsVerify { dir } => Ok(emit_reply(aab_host::plugins::verify_report(&dir))),

@@ -27,6 +27,7 @@ mod foundation;
 mod hostile;
 mod intent;
 mod ios;
+mod ios_demo;
 mod ios_wda;
 mod ios_world;
 mod intent_fixture;
