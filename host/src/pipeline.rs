@@ -228,10 +228,6 @@ impl ExecutionHost {
         let mutation = is_mutation(command, &arguments);
         let device = if mutation { device_of(command, &arguments)? } else { None };
         let now = Instant::now();
-        let device = match device {
-            Some(raw) => Some(self.canonical_device_key(command, &arguments, raw, now + timeout_of(command, &arguments)).await?),
-            None => None,
-        };
         let requested_at_ms = crate::ids::now_ms();
         let mut timeout = timeout_of(command, &arguments);
         let mut deadline = now + timeout;
@@ -242,6 +238,11 @@ impl ExecutionHost {
                 timeout = cap.saturating_duration_since(now);
             }
         }
+        // Aliases of one physical device share its journal and lane (within the deadline).
+        let device = match device {
+            Some(raw) => Some(self.canonical_device_key(command, &arguments, raw, deadline).await?),
+            None => None,
+        };
         // A mutation whose target is named by its device (the target key shares an
         // argument with the device key, e.g. Android's `serial`) waits in that device's
         // single lane, whatever its target kind: an SDK tap and a shell key event of the
@@ -607,7 +608,7 @@ impl ExecutionHost {
     /// `device-ownership.cancel-install` abandons its retained install.
     async fn cancel_install(&self, serial: String, arguments: &Value, deadline: Instant) -> ExecOutcome {
         const FEATURE: &str = "device-ownership.cancel-install";
-        let plugin = self.catalog.reports.iter().filter(|r| r.error.is_none()).filter_map(|r| r.manifest.as_ref()).find(|m| m.features.iter().any(|f| f == FEATURE)).map(|m| m.name.clone());
+        let plugin = self.catalog.plugin_with_feature(FEATURE);
         let Some((plugin, module)) = plugin.and_then(|p| self.catalog.modules.get(&p).cloned().map(|m| (p, m))) else {
             return ExecOutcome::Failed(CommandError::new("provider_unavailable", format!("no loaded plugin offers {FEATURE}")).with_field("operation"));
         };

@@ -19,6 +19,7 @@
 pub mod abi;
 pub mod check;
 pub mod codes;
+pub mod execution;
 pub mod host;
 pub mod protocol;
 pub mod sdk;

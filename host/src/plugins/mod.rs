@@ -148,9 +148,18 @@ impl Catalog {
             .find_map(|m| m.intent_workflows.iter().find(|w| w.command == command).map(|w| (m.name.clone(), w.clone())))
     }
 
+    fn loaded_manifests(&self) -> impl Iterator<Item = &aab_plugin_api::Manifest> {
+        self.reports.iter().filter(|r| r.error.is_none()).filter_map(|r| r.manifest.as_ref())
+    }
+
     /// Whether the loaded plugin `plugin` declares manifest feature `feature`.
     pub fn plugin_has_feature(&self, plugin: &str, feature: &str) -> bool {
-        self.reports.iter().filter(|r| r.error.is_none()).filter_map(|r| r.manifest.as_ref()).any(|m| m.name == plugin && m.features.iter().any(|f| f == feature))
+        self.loaded_manifests().any(|m| m.name == plugin && m.features.iter().any(|f| f == feature))
+    }
+
+    /// The first loaded plugin that declares manifest feature `feature`.
+    pub fn plugin_with_feature(&self, feature: &str) -> Option<String> {
+        self.loaded_manifests().find(|m| m.features.iter().any(|f| f == feature)).map(|m| m.name.clone())
     }
 
     pub fn intent_providers(&self) -> Vec<(String, aab_plugin_api::protocol::IntentProvider)> {

@@ -254,17 +254,7 @@ pub fn is_rejection(body: &Value) -> bool {
 /// A terminal receipt of exactly this action (§1.6 invariants) in the family
 /// whose execution schema is `schema`.
 pub fn is_settled_receipt(schema: &str, r: &Value, action_id: &str, epoch: &str) -> bool {
-    let exec = json!({"schemaVersion": schema, "actionId": action_id, "runtimeEpoch": epoch, "settled": true});
-    let ok = r.get("ok").and_then(Value::as_bool);
-    r.get("settled") == Some(&Value::Bool(true))
-        && r.get("actionId").and_then(Value::as_str) == Some(action_id)
-        && r.get("runtimeEpoch").and_then(Value::as_str) == Some(epoch)
-        && r.get("execution") == Some(&exec)
-        && ok.is_some()
-        && r.get("dispatched").is_some_and(Value::is_boolean)
-        && r.get("ambiguous").is_some_and(Value::is_boolean)
-        && (ok == Some(true) || r.get("error").and_then(Value::as_str).is_some_and(|e| !e.is_empty()))
-        && (ok == Some(false) || r.get("ambiguous") == Some(&Value::Bool(false)))
+    aab_plugin_api::execution::is_settled_receipt(schema, r, action_id, epoch)
 }
 
 fn classify(schema: &str, body: &Value, action_id: &str, epoch: &str) -> Reply {

@@ -414,17 +414,7 @@ pub fn is_rejection(body: &Value) -> bool {
 /// top and in the 4-key `execution`, boolean `ok/dispatched/ambiguous`, an error
 /// when not ok, never ok and ambiguous together.
 pub fn is_settled_result(kind: Kind, r: &Value, action_id: &str, runtime_epoch: &str) -> bool {
-    let exec = json!({"schemaVersion": kind.schema(), "actionId": action_id, "runtimeEpoch": runtime_epoch, "settled": true});
-    let ok = r.get("ok").and_then(Value::as_bool);
-    r.get("settled") == Some(&Value::Bool(true))
-        && r.get("actionId").and_then(Value::as_str) == Some(action_id)
-        && r.get("runtimeEpoch").and_then(Value::as_str) == Some(runtime_epoch)
-        && r.get("execution") == Some(&exec)
-        && ok.is_some()
-        && r.get("dispatched").is_some_and(Value::is_boolean)
-        && r.get("ambiguous").is_some_and(Value::is_boolean)
-        && (ok == Some(true) || r.get("error").and_then(Value::as_str).is_some_and(|e| !e.is_empty()))
-        && (ok == Some(false) || r.get("ambiguous") == Some(&Value::Bool(false)))
+    aab_plugin_api::execution::is_settled_receipt(kind.schema(), r, action_id, runtime_epoch)
 }
 
 /// The terminal result inside a cancel answer `{ok:true, actionId, runtimeEpoch,
