@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 use aab_host::client::Client;
 use serde_json::{Value, json};
 
+use crate::demo_sim::{self, Failure, find_program};
+
 pub const USAGE: &str = "aab demo android [--record FILE]\n\n\
 Starts a private adb server (its own port and HOME), the simulated phone\n\
 (aab-android-sim, sample app com.example.aab.sample) and a private runtime, then walks\n\
@@ -44,14 +46,6 @@ const OBSERVATIONS: [(&str, &str); 10] = [
     ("logcat", "the device log"),
     ("wait-text", "waiting for a text on screen"),
 ];
-
-struct Failure(String);
-
-impl From<String> for Failure {
-    fn from(s: String) -> Self {
-        Failure(s)
-    }
-}
 
 /// Run the demo; returns the process exit code.
 pub fn run(record: Option<&Path>) -> i32 {
@@ -97,12 +91,6 @@ struct Demo {
     started_runtime: bool,
     commands: usize,
     skipped: Vec<String>,
-}
-
-/// A program next to this `aab` binary, else on PATH.
-fn find_program(name: &str) -> Option<PathBuf> {
-    let beside = std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join(name))).filter(|p| p.is_file());
-    beside.or_else(|| std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(name)).find(|p| p.is_file()))
 }
 
 /// A free loopback port outside adb's own range (5037 default server, 5555–5585 emulators).
@@ -443,23 +431,10 @@ impl Demo {
 
     /// Stop what the demo started, in reverse order; failures are reported only.
     fn cleanup(&mut self) {
-        if self.started_runtime {
-            // A runtime still coming up answers `runtime_starting`: ask again.
-            for attempt in 1..=5 {
-                match self.call("runtime", json!({"operation": "stop"})) {
-                    Ok(_) => {
-                        // Its directory is keyed by the demo's private facts dir: nobody else uses it.
-                        let _ = std::fs::remove_dir_all(&self.client().config().runtime_dir);
-                        self.say("Stopped the runtime.");
-                        break;
-                    }
-                    Err(e) if e["error"] == json!("runtime_starting") && attempt < 5 => std::thread::sleep(Duration::from_secs(2)),
-                    Err(e) => {
-                        eprintln!("aab demo android: runtime stop failed: {e}");
-                        break;
-                    }
-                }
-            }
+        if self.started_runtime && demo_sim::stop_runtime("aab demo android", || self.call("runtime", json!({"operation": "stop"}))) {
+            // Its directory is keyed by the demo's private facts dir: nobody else uses it.
+            let _ = std::fs::remove_dir_all(&self.client().config().runtime_dir);
+            self.say("Stopped the runtime.");
         }
         if self.adb_started {
             let _ = self.adb(&["kill-server"]);
@@ -469,17 +444,9 @@ impl Demo {
             }
             self.say(&format!("Stopped the adb server on port {}.", self.adb_port));
         }
-        if let Some(mut child) = self.sim.take() {
+        if let Some(child) = self.sim.take() {
             // SIGTERM: the simulator kills its device processes and removes its roots.
-            let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).stderr(Stdio::null()).status();
-            let until = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < until && matches!(child.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            if matches!(child.try_wait(), Ok(None)) {
-                let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", child.id())]).stderr(Stdio::null()).status();
-            }
-            let _ = child.wait();
+            demo_sim::stop_simulator(child);
             self.say("Stopped the simulated phone.");
         }
         let _ = std::fs::remove_dir_all(&self.dir);

@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 use aab_host::client::Client;
 use serde_json::{Value, json};
 
+use crate::demo_sim::{self, Failure, find_program};
+
 pub const USAGE: &str = "aab demo ios\n\n\
 Starts the simulated iPhone (aab-ios-sim serve: devicectl and xcodebuild doubles, the\n\
 sample app com.example.aab.ios with the aab iOS SDK, the prepared WebDriverAgent Runner)\n\
@@ -30,14 +32,6 @@ const RUNNER: &str = "io.github.mobileaidev.aiappbridge.wda.xctrunner";
 const SIM_BINARY: &str = "aab-ios-sim";
 const PLUGINS: [&str; 2] = ["libaab_plugin_ios.so", "libaab_plugin_wda.so"];
 const USER: &str = "alice";
-
-struct Failure(String);
-
-impl From<String> for Failure {
-    fn from(s: String) -> Self {
-        Failure(s)
-    }
-}
 
 /// Run the demo; returns the process exit code.
 pub fn run() -> i32 {
@@ -68,12 +62,6 @@ struct Demo {
     client: Option<Client>,
     started_runtime: bool,
     commands: usize,
-}
-
-/// A program next to this `aab` binary, else on PATH.
-fn find_program(name: &str) -> Option<PathBuf> {
-    let beside = std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join(name))).filter(|p| p.is_file());
-    beside.or_else(|| std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(name)).find(|p| p.is_file()))
 }
 
 /// Merge `extra`'s fields into a copy of `base`.
@@ -293,35 +281,14 @@ impl Demo {
 
     /// Stop what the demo started, in reverse order; failures are reported only.
     fn cleanup(&mut self) {
-        if self.started_runtime {
-            // A runtime still coming up answers `runtime_starting`: ask again.
-            for attempt in 1..=5 {
-                match self.call("runtime", json!({"operation": "stop"})) {
-                    Ok(_) => {
-                        // Its directory is keyed by the demo's private facts dir: nobody else uses it.
-                        let _ = std::fs::remove_dir_all(&self.client().config().runtime_dir);
-                        self.say("Stopped the runtime.");
-                        break;
-                    }
-                    Err(e) if e["error"] == json!("runtime_starting") && attempt < 5 => std::thread::sleep(Duration::from_secs(2)),
-                    Err(e) => {
-                        eprintln!("aab demo ios: runtime stop failed: {e}");
-                        break;
-                    }
-                }
-            }
+        if self.started_runtime && demo_sim::stop_runtime("aab demo ios", || self.call("runtime", json!({"operation": "stop"}))) {
+            // Its directory is keyed by the demo's private facts dir: nobody else uses it.
+            let _ = std::fs::remove_dir_all(&self.client().config().runtime_dir);
+            self.say("Stopped the runtime.");
         }
-        if let Some(mut child) = self.sim.take() {
+        if let Some(child) = self.sim.take() {
             // SIGTERM: the simulator stops its listeners, the Runner, Chromium and the xcodebuild doubles.
-            let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).stderr(Stdio::null()).status();
-            let until = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < until && matches!(child.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            if matches!(child.try_wait(), Ok(None)) {
-                let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", child.id())]).stderr(Stdio::null()).status();
-            }
-            let _ = child.wait();
+            demo_sim::stop_simulator(child);
             self.say("Stopped the simulated iPhone.");
         }
         let _ = std::fs::remove_dir_all(&self.dir);

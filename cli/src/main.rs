@@ -12,6 +12,7 @@ mod argv;
 mod demo;
 mod demo_android;
 mod demo_ios;
+mod demo_sim;
 mod mcp;
 mod mcp_wire;
 
