@@ -11,34 +11,17 @@ use std::path::{Path, PathBuf};
 
 use aab_ios_transport::devicectl::mutation_failure;
 use aab_plugin_api::{Command, CommandSpec, Context, Invocation, ProviderError, Reply};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{cancellable, deadline};
 use crate::IosProvider;
 use crate::manifest::{INSTALL_TIMEOUTS, bundle_id, device_mutation, object, props};
 
-#[derive(Deserialize, Debug)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct InstallArgs {
-    pub device_id: String,
-    pub app_path: String,
-    #[allow(dead_code)]
-    pub bundle_id: Option<String>,
-    #[allow(dead_code)]
-    pub runtime_url: Option<String>,
-    #[allow(dead_code)]
-    pub ios_host: Option<String>,
-    #[allow(dead_code)]
-    pub ios_port: Option<u16>,
-    pub devicectl: Option<String>,
-    #[allow(dead_code)]
-    pub wda_url: Option<String>,
-    #[allow(dead_code)]
-    pub wda_session_id: Option<String>,
-    #[allow(dead_code)]
-    pub xcodebuild: Option<String>,
-}
+super::ios_args!(
+    InstallArgs(device_id: String, bundle_id: Option<String>) {
+        app_path: String,
+    }
+);
 
 /// The app bundle to install: an existing `.app` directory or `.ipa` file
 /// (relative to the caller's working directory).

@@ -7,7 +7,6 @@
 use aab_ios_transport::devicectl::{Devicectl, require_developer_tunnel, select_device, step};
 use aab_ios_transport::sdk::{self, Overrides};
 use aab_plugin_api::{Command, CommandSpec, Context, Invocation, ProviderError, Reply};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{cancellable, deadline};
@@ -18,23 +17,12 @@ fn device_query(command: &str, summary: &str) -> CommandSpec {
     CommandSpec::query(command).platform(PLATFORM).domain("ios").target_kind("ios-device").summary(summary).lane("observation").timeouts(SDK_TIMEOUTS.0, SDK_TIMEOUTS.1)
 }
 
-/// Device-level commands: every field of the bundle optional.
-#[derive(Deserialize, Debug)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct DeviceArgs {
-    pub device_id: Option<String>,
-    pub bundle_id: Option<String>,
-    pub runtime_url: Option<String>,
-    pub ios_host: Option<String>,
-    pub ios_port: Option<u16>,
-    pub devicectl: Option<String>,
-    pub wda_url: Option<String>,
-    #[allow(dead_code)]
-    pub wda_session_id: Option<String>,
-    #[allow(dead_code)]
-    pub xcodebuild: Option<String>,
-    pub wda_runner_bundle_id: Option<String>,
-}
+super::ios_args!(
+    /// Device-level commands: every field of the bundle optional.
+    DeviceArgs(device_id: Option<String>, bundle_id: Option<String>) {
+        wda_runner_bundle_id: Option<String>,
+    }
+);
 
 impl DeviceArgs {
     fn overrides(&self) -> Overrides {

@@ -18,7 +18,6 @@
 use aab_ios_transport::sdk::{self, Completion, Kind};
 use aab_ios_transport::{Deadline, Devicectl, wda};
 use aab_plugin_api::{Command, CommandSpec, Context, Invocation, ProviderError, Reply};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{cancellable, deadline};
@@ -26,27 +25,16 @@ use crate::IosProvider;
 use crate::manifest::{PLATFORM, SDK_TIMEOUTS, bundle_id, object, props};
 use crate::runtime::{Target, with_facts};
 
-#[derive(Deserialize, Debug)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ExecutionArgs {
-    pub operation: String,
-    pub device_id: String,
-    pub kind: Option<String>,
-    pub action_id: Option<String>,
-    pub runtime_epoch: Option<String>,
-    pub bundle_id: Option<String>,
-    pub wda_runner_bundle_id: Option<String>,
-    pub wda_url: Option<String>,
-    pub runtime_url: Option<String>,
-    pub ios_host: Option<String>,
-    pub ios_port: Option<u16>,
-    pub devicectl: Option<String>,
-    pub setup_result_path: Option<String>,
-    #[allow(dead_code)]
-    pub wda_session_id: Option<String>,
-    #[allow(dead_code)]
-    pub xcodebuild: Option<String>,
-}
+super::ios_args!(
+    ExecutionArgs(device_id: String, bundle_id: Option<String>) {
+        operation: String,
+        kind: Option<String>,
+        action_id: Option<String>,
+        runtime_epoch: Option<String>,
+        wda_runner_bundle_id: Option<String>,
+        setup_result_path: Option<String>,
+    }
+);
 
 fn spec() -> CommandSpec {
     let identity = json!({"required": ["kind", "actionId", "runtimeEpoch"]});

@@ -54,19 +54,21 @@ pub fn list() -> Commands<IosProvider> {
         .add::<execution::Execution>()
 }
 
-/// The common option bundle, as typed fields of every app command's arguments
-/// (`$name { extra fields }`): serde's `flatten` cannot be combined with
-/// `deny_unknown_fields`, so each argument type spells the bundle out through this.
-macro_rules! app_args {
-    ($(#[$meta:meta])* $name:ident { $($(#[$fmeta:meta])* $field:ident : $ty:ty),* $(,)? }) => {
+/// The common option bundle, as typed fields of a command's arguments:
+/// serde's `flatten` cannot be combined with `deny_unknown_fields`, so every
+/// argument type spells the bundle out through this one macro. The caller picks
+/// whether `deviceId`/`bundleId` are required (`String`) or optional
+/// (`Option<String>`); its schema says the same.
+macro_rules! ios_args {
+    ($(#[$meta:meta])* $name:ident (device_id: $device:ty, bundle_id: $bundle:ty) { $($(#[$fmeta:meta])* $field:ident : $ty:ty),* $(,)? }) => {
         $(#[$meta])*
         #[derive(serde::Deserialize, Debug)]
         #[serde(deny_unknown_fields, rename_all = "camelCase")]
-        // Commands that never reach the SDK (launch) leave the transport fields unread.
+        // Every command accepts the whole bundle; each reads only what it uses.
         #[allow(dead_code)]
         pub struct $name {
-            pub device_id: String,
-            pub bundle_id: String,
+            pub device_id: $device,
+            pub bundle_id: $bundle,
             pub runtime_url: Option<String>,
             pub ios_host: Option<String>,
             pub ios_port: Option<u16>,
@@ -76,6 +78,15 @@ macro_rules! app_args {
             pub xcodebuild: Option<String>,
             $($(#[$fmeta])* pub $field: $ty),*
         }
+    };
+}
+pub(crate) use ios_args;
+
+/// The arguments of an app command (`deviceId` and `bundleId` required), with
+/// the [`Target`] they name.
+macro_rules! app_args {
+    ($(#[$meta:meta])* $name:ident { $($(#[$fmeta:meta])* $field:ident : $ty:ty),* $(,)? }) => {
+        $crate::commands::ios_args!($(#[$meta])* $name (device_id: String, bundle_id: String) { $($(#[$fmeta])* $field: $ty),* });
         #[allow(dead_code)]
         impl $name {
             pub fn target(&self) -> $crate::runtime::Target {

@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use aab_ios_transport::devicectl::{Devicectl, select_device, step};
 use aab_plugin_api::{Command, CommandSpec, Context, Invocation, ProviderError, Reply};
-use serde::Deserialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
@@ -25,29 +24,13 @@ pub const MAX_PNG_BYTES: u64 = 64 * 1024 * 1024;
 pub const DEFAULT_DIR: &str = "aab-screenshots";
 const PNG_SIGNATURE: [u8; 8] = [0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1a, b'\n'];
 
-#[derive(Deserialize, Debug)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ScreenshotArgs {
-    pub device_id: Option<String>,
-    #[allow(dead_code)]
-    pub bundle_id: Option<String>,
-    #[allow(dead_code)]
-    pub runtime_url: Option<String>,
-    #[allow(dead_code)]
-    pub ios_host: Option<String>,
-    #[allow(dead_code)]
-    pub ios_port: Option<u16>,
-    pub devicectl: Option<String>,
-    #[allow(dead_code)]
-    pub wda_url: Option<String>,
-    #[allow(dead_code)]
-    pub wda_session_id: Option<String>,
-    #[allow(dead_code)]
-    pub xcodebuild: Option<String>,
-    pub out_file: Option<String>,
-    pub artifact_dir: Option<String>,
-    pub display_unique_id: Option<String>,
-}
+super::ios_args!(
+    ScreenshotArgs(device_id: Option<String>, bundle_id: Option<String>) {
+        out_file: Option<String>,
+        artifact_dir: Option<String>,
+        display_unique_id: Option<String>,
+    }
+);
 
 pub struct Screenshot;
 impl Command for Screenshot {
