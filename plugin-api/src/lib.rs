@@ -22,6 +22,7 @@ pub mod codes;
 pub mod execution;
 pub mod host;
 pub mod protocol;
+pub mod screenshot;
 pub mod sdk;
 
 #[cfg(feature = "loader")]

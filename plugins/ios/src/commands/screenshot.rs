@@ -5,9 +5,7 @@
 //! (default `<temp>/aab-screenshots`). The reply carries path, bytes, width,
 //! height and sha256.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
 
 use aab_ios_transport::devicectl::{Devicectl, select_device, step};
 use aab_plugin_api::{Command, CommandSpec, Context, Invocation, ProviderError, Reply};
@@ -18,11 +16,8 @@ use super::{cancellable, deadline};
 use crate::IosProvider;
 use crate::manifest::{PLATFORM, SDK_TIMEOUTS, object, props};
 
-pub const SCREENSHOT_NOT_PNG: &str = "screenshot_not_png";
-pub const SCREENSHOT_WRITE_FAILED: &str = "screenshot_write_failed";
-pub const MAX_PNG_BYTES: u64 = 64 * 1024 * 1024;
-pub const DEFAULT_DIR: &str = "aab-screenshots";
-const PNG_SIGNATURE: [u8; 8] = [0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1a, b'\n'];
+pub use aab_plugin_api::screenshot::{MAX_PNG_BYTES, SCREENSHOT_NOT_PNG};
+use aab_plugin_api::screenshot::{Target, write_failed};
 
 super::ios_args!(
     ScreenshotArgs(device_id: Option<String>, bundle_id: Option<String>) {
@@ -58,7 +53,7 @@ impl Command for Screenshot {
             .input_schema(schema)
     }
     async fn run(_: &IosProvider, ctx: &Context<'_>, inv: &Invocation, args: ScreenshotArgs) -> Result<Reply, ProviderError> {
-        let target = Target::of(&args, Path::new(&inv.cwd))?;
+        let target = Target::of(args.out_file.as_deref(), args.artifact_dir.as_deref(), Path::new(&inv.cwd))?;
         let deadline = deadline(ctx);
         cancellable(ctx, async {
             let dc = Devicectl::resolve(args.devicectl.as_deref());
@@ -93,114 +88,16 @@ fn read_bounded(path: &Path) -> Result<Vec<u8>, ProviderError> {
     let not_png = |why: String| ProviderError::new(SCREENSHOT_NOT_PNG, format!("devicectl wrote no usable screenshot: {why}")).not_dispatched();
     let f = std::fs::File::open(path).map_err(|e| not_png(e.to_string()))?;
     let mut bytes = Vec::new();
-    f.take(MAX_PNG_BYTES + 1).read_to_end(&mut bytes).map_err(|e| not_png(e.to_string()))?;
-    if bytes.len() as u64 > MAX_PNG_BYTES {
+    f.take(MAX_PNG_BYTES as u64 + 1).read_to_end(&mut bytes).map_err(|e| not_png(e.to_string()))?;
+    if bytes.len() > MAX_PNG_BYTES {
         return Err(not_png(format!("larger than {MAX_PNG_BYTES} bytes")));
     }
     Ok(bytes)
 }
 
-/// Width and height from the IHDR chunk, after the signature check.
+/// Width and height of what devicectl wrote (refused unless a PNG).
 pub fn png_size(bytes: &[u8]) -> Result<(u32, u32), ProviderError> {
-    let not_png = |why: &str| ProviderError::new(SCREENSHOT_NOT_PNG, format!("the screenshot is not a PNG: {why}")).with_details(json!({"bytes": bytes.len()})).not_dispatched();
-    if bytes.len() < 24 || bytes[..8] != PNG_SIGNATURE {
-        return Err(not_png("no PNG signature"));
-    }
-    if &bytes[12..16] != b"IHDR" {
-        return Err(not_png("the first chunk is not IHDR"));
-    }
-    let width = u32::from_be_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]);
-    let height = u32::from_be_bytes([bytes[20], bytes[21], bytes[22], bytes[23]]);
-    if width == 0 || height == 0 {
-        return Err(not_png("zero width or height"));
-    }
-    Ok((width, height))
-}
-
-#[derive(Debug, PartialEq)]
-enum Target {
-    File(PathBuf),
-    Dir(PathBuf, Option<&'static str>),
-}
-
-fn resolve(cwd: &Path, p: &str) -> PathBuf {
-    let p = Path::new(p);
-    if p.is_absolute() { p.to_path_buf() } else { cwd.join(p) }
-}
-
-fn write_failed(field: Option<&str>, path: &Path, e: impl std::fmt::Display) -> ProviderError {
-    let mut err = ProviderError::new(SCREENSHOT_WRITE_FAILED, format!("the screenshot cannot be written to {}: {e}", path.display())).with_details(json!({"path": path})).not_dispatched();
-    if let Some(f) = field {
-        err = err.with_field(f);
-    }
-    err
-}
-
-impl Target {
-    fn of(args: &ScreenshotArgs, cwd: &Path) -> Result<Target, ProviderError> {
-        match (&args.out_file, &args.artifact_dir) {
-            (Some(f), _) => {
-                let path = resolve(cwd, f);
-                if f.ends_with('/') || path.is_dir() {
-                    return Err(write_failed(Some("outFile"), &path, "it is a directory (use artifactDir for a directory)"));
-                }
-                if !path.parent().is_some_and(Path::is_dir) {
-                    return Err(write_failed(Some("outFile"), &path, "its directory does not exist"));
-                }
-                Ok(Target::File(path))
-            }
-            (None, Some(d)) => Ok(Target::Dir(resolve(cwd, d), Some("artifactDir"))),
-            (None, None) => Ok(Target::Dir(std::env::temp_dir().join(DEFAULT_DIR), None)),
-        }
-    }
-
-    fn write(&self, udid: &str, png: &[u8]) -> Result<PathBuf, ProviderError> {
-        match self {
-            Target::File(path) => {
-                let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-                write_atomic(dir, path, png).map_err(|e| write_failed(Some("outFile"), path, e))?;
-                Ok(path.clone())
-            }
-            Target::Dir(dir, field) => {
-                let mut b = std::fs::DirBuilder::new();
-                b.recursive(true);
-                #[cfg(unix)]
-                if field.is_none() {
-                    // The shared temp dir: default screenshots are the caller's alone.
-                    use std::os::unix::fs::DirBuilderExt;
-                    b.mode(0o700);
-                }
-                b.create(dir).map_err(|e| write_failed(*field, dir, e))?;
-                let path = dir.join(unique_name(udid));
-                write_atomic(dir, &path, png).map_err(|e| write_failed(*field, &path, e))?;
-                Ok(path)
-            }
-        }
-    }
-}
-
-fn unique_name(udid: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let safe: String = udid.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
-    let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
-    format!("ios-screenshot-{safe}-{ms}-{}-{}.png", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
-}
-
-/// Temp file beside the target, synced, renamed over it (a reader sees the old or the new file).
-fn write_atomic(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.{}.tmp", unique_name("")));
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    aab_plugin_api::screenshot::png_size(bytes, "devicectl")
 }
 
 #[cfg(test)]
@@ -209,7 +106,7 @@ mod tests {
 
     #[test]
     fn only_a_png_with_a_size_is_accepted() {
-        let mut png = PNG_SIGNATURE.to_vec();
+        let mut png = aab_plugin_api::screenshot::PNG_SIGNATURE.to_vec();
         png.extend_from_slice(&[0, 0, 0, 13]);
         png.extend_from_slice(b"IHDR");
         png.extend_from_slice(&1170u32.to_be_bytes());
@@ -224,14 +121,10 @@ mod tests {
     #[test]
     fn out_file_needs_an_existing_directory() {
         let dir = tempfile::tempdir().unwrap();
-        let args = |out: Option<&str>, art: Option<&str>| ScreenshotArgs {
-            device_id: None, bundle_id: None, runtime_url: None, ios_host: None, ios_port: None, devicectl: None, wda_url: None, wda_session_id: None, xcodebuild: None,
-            out_file: out.map(str::to_string), artifact_dir: art.map(str::to_string), display_unique_id: None,
-        };
-        assert_eq!(Target::of(&args(Some("a.png"), None), dir.path()).unwrap(), Target::File(dir.path().join("a.png")));
-        assert_eq!(Target::of(&args(Some("nope/a.png"), None), dir.path()).unwrap_err().field.as_deref(), Some("outFile"));
-        assert_eq!(Target::of(&args(None, Some("shots")), dir.path()).unwrap(), Target::Dir(dir.path().join("shots"), Some("artifactDir")));
-        let t = Target::of(&args(None, Some("shots")), dir.path()).unwrap();
+        assert_eq!(Target::of(Some("a.png"), None, dir.path()).unwrap(), Target::File(dir.path().join("a.png")));
+        assert_eq!(Target::of(Some("nope/a.png"), None, dir.path()).unwrap_err().field.as_deref(), Some("outFile"));
+        assert_eq!(Target::of(None, Some("shots"), dir.path()).unwrap(), Target::Dir(dir.path().join("shots"), Some("artifactDir")));
+        let t = Target::of(None, Some("shots"), dir.path()).unwrap();
         let p = t.write("00008110-1", b"png").unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"png");
     }
