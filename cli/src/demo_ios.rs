@@ -270,8 +270,10 @@ impl Demo {
 
         // 6. The web screen: an H5 read of the WKWebView's real page.
         self.step("ios-tap-native", with(&wda, json!({"selector": {"accessibilityId": "openWeb"}})), |_| "opened the web screen".into())?;
-        let dom = self.step("ios-h5-dom", app, |v| format!("page {} webView {}, {} control(s)", v["dom"]["url"].as_str().or(v["pageRef"]["url"].as_str()).unwrap_or("?"), v["pageRef"]["webViewId"].as_str().unwrap_or("?"), v["dom"]["controls"].as_array().map_or(0, Vec::len)))?;
+        // The simulator starts its Chromium page with the screen; wait for it through the
+        // simulator (ground truth) first, so the H5 read does not race a cold browser start.
         let page = self.control(json!({"op": "h5", "bundleId": SAMPLE, "expression": "document.title"}))?;
+        let dom = self.step("ios-h5-dom", app, |v| format!("page {} webView {}, {} control(s)", v["dom"]["url"].as_str().or(v["pageRef"]["url"].as_str()).unwrap_or("?"), v["pageRef"]["webViewId"].as_str().unwrap_or("?"), v["dom"]["controls"].as_array().map_or(0, Vec::len)))?;
         if dom["pageRef"]["webViewId"].is_null() {
             return Err(Failure(format!("ios-h5-dom returned no pageRef: {dom}")));
         }
