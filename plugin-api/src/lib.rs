@@ -20,6 +20,7 @@ pub mod abi;
 pub mod check;
 pub mod codes;
 pub mod execution;
+pub mod h5;
 pub mod host;
 pub mod protocol;
 pub mod screenshot;

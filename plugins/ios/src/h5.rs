@@ -12,17 +12,11 @@ use serde_json::{Map, Value, json};
 use aab_ios_transport::sdk::{self, H5_TARGET_SCHEMA, query_value};
 use aab_plugin_api::ProviderError;
 
-/// The page (document, URL, WebView, process or runtime) the caller observed is
-/// not the one shown now: observe again.
-pub const REOBSERVE_REQUIRED: &str = "reobserve_required";
+pub use aab_plugin_api::h5::{ELEMENT_KEYS, SELECTOR_KEYS};
 /// The snapshot answer is not the §4.7 shape.
 pub const INVALID_H5_SNAPSHOT: &str = "invalid_ios_h5_snapshot";
 pub const PREFIX: &str = "ios_h5_";
 pub const PAGE_REF_KEYS: [&str; 7] = ["schemaVersion", "runtimeEpoch", "bundleId", "processId", "webViewId", "documentId", "url"];
-/// The identity fields of a control (`element` of an action payload).
-pub const ELEMENT_KEYS: [&str; 8] = ["elementId", "tag", "id", "name", "type", "text", "ariaLabel", "href"];
-const SELECTOR_KEYS: [&str; 3] = ["elementId", "text", "ariaLabel"];
-const MAX_CANDIDATES: usize = 20;
 
 // ---- schema pieces ----------------------------------------------------------
 
@@ -122,63 +116,17 @@ fn refuse(code: String, message: String) -> ProviderError {
     ProviderError::new(code, message).not_dispatched()
 }
 
-/// The page the caller observed must be the page shown now (every field).
-pub fn check_page(expected: &Value, current: &Value, field: &str) -> Result<(), ProviderError> {
-    if expected == current {
-        return Ok(());
-    }
-    let changed: Vec<&str> = PAGE_REF_KEYS.iter().copied().filter(|k| expected.get(*k) != current.get(*k)).collect();
-    Err(refuse(REOBSERVE_REQUIRED.into(), format!("the page changed since it was observed ({}): observe again", changed.join(", ")))
-        .with_field(field)
-        .with_details(json!({"changed": changed, "expectedPage": expected, "currentPage": current})))
-}
-
-/// A control's identity fields as the action payload carries them: exactly the
-/// eight fields, strings (absent or null → "").
-pub fn element(control: &Value) -> Value {
-    let m: Map<String, Value> = ELEMENT_KEYS.iter().map(|k| (k.to_string(), json!(control.get(*k).and_then(Value::as_str).unwrap_or("")))).collect();
-    Value::Object(m)
-}
+pub use aab_plugin_api::h5::{check_page, element, summary};
 
 /// The control bound now must be the observed element (same id, same identity).
 pub fn check_element(expected: &Value, control: &Value) -> Result<(), ProviderError> {
-    let (want, have) = (element(expected), element(control));
-    if want == have {
-        return Ok(());
-    }
-    let changed: Vec<&str> = ELEMENT_KEYS.iter().copied().filter(|k| want[*k] != have[*k]).collect();
-    Err(refuse(format!("{PREFIX}target_changed"), format!("the control the selector binds now is not the observed element ({} differ)", changed.join(", ")))
-        .with_field("expectedTarget")
-        .with_details(json!({"changed": changed, "expected": want, "current": have})))
-}
-
-pub fn summary(c: &Value) -> Value {
-    json!({"elementId": c["elementId"], "tag": c["tag"], "id": c["id"], "text": c["text"], "ariaLabel": c["ariaLabel"], "visible": c["visible"], "bounds": c["bounds"]})
+    aab_plugin_api::h5::check_element(expected, control, PREFIX)
 }
 
 /// Bind `selector` to exactly one visible control of `dom`; a truncated snapshot
 /// binds only by `elementId`.
 pub fn select(dom: &Value, selector: &Value) -> Result<Value, ProviderError> {
-    let Some((key, want)) = SELECTOR_KEYS.iter().find_map(|k| selector.get(*k).map(|v| (*k, v))) else {
-        return Err(refuse("invalid_argument".into(), "the selector names none of elementId, text, ariaLabel".into()).with_field("selector"));
-    };
-    if dom.get("truncated") == Some(&Value::Bool(true)) && key != "elementId" {
-        return Err(refuse(format!("{PREFIX}snapshot_truncated"), format!("the snapshot is truncated ({} controls, first 1000 listed): select by an observed elementId", dom["controlCount"])).with_field("selector"));
-    }
-    let tag = selector.get("tag").and_then(Value::as_str);
-    let controls = dom.get("controls").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-    let matches = |c: &&Value| c.get(key) == Some(want) && tag.is_none_or(|t| c.get("tag").and_then(Value::as_str).is_some_and(|ct| ct.eq_ignore_ascii_case(t)));
-    let all: Vec<&Value> = controls.iter().filter(matches).collect();
-    let visible: Vec<&Value> = all.iter().copied().filter(|c| c.get("visible") == Some(&Value::Bool(true))).collect();
-    match visible.as_slice() {
-        [one] => Ok((*one).clone()),
-        [] => Err(refuse(format!("{PREFIX}selector_not_found"), format!("no visible control has {key} = {want}{}", tag.map(|t| format!(" and tag {t}")).unwrap_or_default()))
-            .with_field("selector")
-            .with_details(json!({"selector": selector, "hiddenMatches": all.len(), "controlCount": dom.get("controlCount")}))),
-        many => Err(refuse(format!("{PREFIX}selector_ambiguous"), format!("{} visible controls have {key} = {want}: select by elementId (or add tag)", many.len()))
-            .with_field("selector")
-            .with_details(json!({"selector": selector, "matches": many.len(), "candidates": many.iter().take(MAX_CANDIDATES).map(|c| summary(c)).collect::<Vec<_>>()}))),
-    }
+    aab_plugin_api::h5::select(dom, selector, PREFIX)
 }
 
 /// What an action aims at: one control (click, input, scroll into view) or the page (eval).
@@ -227,6 +175,7 @@ pub fn bind(snapshot: &Value, aim: &Aim<'_>) -> Result<(Value, Option<Value>), P
 #[cfg(test)]
 mod tests {
     use super::*;
+    use aab_plugin_api::h5::REOBSERVE_REQUIRED;
 
     const E: &str = "5A0D7C1E-3B1F-4D6A-9E2B-7F8C9D0A1B2C";
 
