@@ -24,6 +24,7 @@ pub const EVIDENCE: &str = "evidence";
 pub const RESPONSE: &str = "response";
 pub const INTENT: &str = "intent";
 pub const SCRIPT: &str = "script";
+pub const EXECUTOR_PREPARE: &str = "executor-prepare";
 
 fn spec(command: &str, summary: &str, mutation: Mutation, mutating: &[&str], input_schema: Value) -> CommandSpec {
     let base = match mutation {
@@ -196,7 +197,20 @@ pub fn host_builtins() -> Vec<Builtin> {
             ],
         ),
     );
+    // Host work on behalf of the executors: keyed by what it prepares, so two
+    // preparations of one project queue while other projects prepare in parallel.
+    let prepare = CommandSpec::mutation(EXECUTOR_PREPARE)
+        .summary("Prepare what an executor needs on this host (an instrumentation package, a local browser); names any missing toolchain; never half-prepares")
+        .platform("host")
+        .domain("advanced")
+        .target_kind("host")
+        .target_key("platform")
+        .target_key("projectDir")
+        .permission("app.test")
+        .timeouts(600_000, 600_000)
+        .input_schema(crate::executors::input_schema());
     vec![
+        Builtin { spec: prepare, handler: ExecutionHost::run_executor_prepare },
         Builtin { spec: evidence, handler: ExecutionHost::run_evidence },
         Builtin { spec: response, handler: ExecutionHost::run_response },
         Builtin { spec: runtime, handler: ExecutionHost::run_runtime },
@@ -263,7 +277,7 @@ mod tests {
         let all: Vec<super::Builtin> = super::host_builtins().into_iter().chain(super::engine_builtins(&Default::default())).collect();
         let mut names: Vec<&str> = all.iter().map(|b| b.spec.command.as_str()).collect();
         names.sort_unstable();
-        assert_eq!(names, [super::DEVICE_OWNERSHIP, super::EVIDENCE, super::INTENT, super::RESPONSE, super::RUNTIME, super::SCRIPT]);
+        assert_eq!(names, [super::DEVICE_OWNERSHIP, super::EVIDENCE, super::EXECUTOR_PREPARE, super::INTENT, super::RESPONSE, super::RUNTIME, super::SCRIPT]);
         // The engine commands are the reserved ones, registered after the plugins.
         let engines: Vec<String> = super::engine_builtins(&Default::default()).into_iter().map(|b| b.spec.command).collect();
         assert_eq!(engines, super::ENGINE_COMMANDS);

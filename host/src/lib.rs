@@ -15,6 +15,7 @@ pub mod config;
 pub mod digest;
 pub mod engines;
 pub mod error;
+pub mod executors;
 pub mod facts;
 pub mod feedback;
 pub mod fsread;

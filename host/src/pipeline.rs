@@ -89,7 +89,7 @@ pub struct ExecutionHost {
 /// The effective timeout: `timeoutMs` argument (already validated against the
 /// command's maximum) or the command's default.
 pub fn timeout_of(command: &RegisteredCommand, arguments: &Value) -> Duration {
-    let ms = arguments.get("timeoutMs").and_then(Value::as_u64).unwrap_or(command.spec.default_timeout_ms);
+    let ms = arguments.get("timeoutMs").and_then(Value::as_u64).unwrap_or_else(|| command.spec.default_timeout_for(arguments));
     Duration::from_millis(ms.clamp(1, command.spec.max_timeout_ms.max(1)))
 }
 
@@ -123,6 +123,12 @@ pub const RECONCILE_OPERATION_FEATURE: &str = "device-ownership.reconcile-operat
 /// Manifest feature: a command's `operation:"status"` reply also carries the device's
 /// ownership journal status (`hostOwnership`).
 pub const STATUS_OPERATION_FEATURE: &str = "device-ownership.status-operation";
+/// Manifest feature: at runtime stop, after active work drained and before device
+/// ownership is released, the host calls the plugin's `runtime-stop` hook so it can
+/// end what outlives a call (remote WebDriver sessions, instrumentation runs).
+pub const STOP_HOOK_FEATURE: &str = "runtime.stop-hook";
+/// How long one plugin's `runtime-stop` hook may take.
+pub const STOP_HOOK_BUDGET: Duration = Duration::from_secs(10);
 
 /// The physical device a mutation is bound to, from the command's device key. The
 /// command's schema decides whether the device arguments are required (the registry
@@ -524,6 +530,17 @@ impl ExecutionHost {
         })
     }
 
+    /// `executor-prepare`: host-side preparation for the executors (`crate::executors`).
+    pub(crate) fn run_executor_prepare<'a>(host: &'a Arc<Self>, call: builtins::BuiltinCall<'a>) -> builtins::BuiltinFuture<'a> {
+        Box::pin(async move {
+            let runtime_dir = host.plugin_data.parent().map(std::path::Path::to_path_buf).unwrap_or_else(|| host.plugin_data.clone());
+            match crate::executors::prepare(call.arguments, call.cwd, &runtime_dir, call.deadline).await {
+                Ok(v) => ExecOutcome::Json(v),
+                Err(e) => ExecOutcome::Failed(e),
+            }
+        })
+    }
+
     /// `intent`: the Intent engine.
     pub(crate) fn run_intent<'a>(host: &'a Arc<Self>, call: builtins::BuiltinCall<'a>) -> builtins::BuiltinFuture<'a> {
         Box::pin(async move { crate::engines::intent::handle(&(host.clone() as crate::engines::Host), call.arguments, call.cwd).await })
@@ -671,6 +688,25 @@ impl ExecutionHost {
             Ok(Err(e)) => ExecOutcome::Failed(e),
             Err(e) => ExecOutcome::Failed(CommandError::new("device_ownership_unavailable", e.to_string())),
         }
+    }
+
+    /// Runtime stop, after draining: every plugin declaring [`STOP_HOOK_FEATURE`] is
+    /// asked (concurrently, each within [`STOP_HOOK_BUDGET`]) to end what it keeps
+    /// open between calls. A failing or slow hook is logged; it never blocks the stop.
+    pub async fn stop_plugins(&self) {
+        let names: Vec<String> = self.catalog.modules.keys().filter(|p| self.catalog.plugin_has_feature(p, STOP_HOOK_FEATURE)).cloned().collect();
+        let calls = names.into_iter().filter_map(|plugin| {
+            let module = self.catalog.modules.get(&plugin).cloned()?;
+            let (facts, data, runtime_id) = (self.facts.clone(), self.plugin_data.clone(), self.runtime_id.clone());
+            Some(async move {
+                let deadline = Instant::now() + STOP_HOOK_BUDGET;
+                match call_hook(module, &plugin, "runtime-stop", &json!({"reason": "runtime-stop"}), deadline, &runtime_id, facts, data).await {
+                    Ok(answer) => tracing::info!(plugin = %plugin, answer = %answer, "runtime-stop hook"),
+                    Err(e) => tracing::warn!(plugin = %plugin, error = %e.code, message = %e.message, "runtime-stop hook failed"),
+                }
+            })
+        });
+        futures_util::future::join_all(calls).await;
     }
 
     /// Runtime stop: queued requests end with `runtime_stopped`; running ones drain;

@@ -208,6 +208,9 @@ pub fn check_spec_with(spec: &CommandSpec, declared: &[DomainSpec]) -> Result<()
     if spec.default_timeout_ms < 1 || spec.default_timeout_ms > spec.max_timeout_ms {
         return Err(format!("defaultTimeoutMs {} must be between 1 and maxTimeoutMs {}", spec.default_timeout_ms, spec.max_timeout_ms));
     }
+    if let Some((op, ms)) = spec.operation_timeouts.iter().find(|(_, ms)| **ms < 1 || **ms > spec.max_timeout_ms) {
+        return Err(format!("operationTimeoutsMs.{op} {ms} must be between 1 and maxTimeoutMs {}", spec.max_timeout_ms));
+    }
     let schema = &spec.input_schema;
     if schema.get("type") != Some(&json!("object")) {
         return Err("inputSchema must be an object schema with `\"type\": \"object\"`".into());

@@ -503,6 +503,11 @@ pub struct CommandSpec {
     /// Default and maximum of `timeoutMs`; the host owns the deadline.
     pub default_timeout_ms: u64,
     pub max_timeout_ms: u64,
+    /// Per-`operation` defaults of `timeoutMs` that differ from `default_timeout_ms`
+    /// (e.g. a browser `prepare` that may download for minutes while every other
+    /// operation answers in seconds). Each is within `1..=max_timeout_ms`.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty", rename = "operationTimeoutsMs")]
+    pub operation_timeouts: std::collections::BTreeMap<String, u64>,
     /// JSON Schema (2020-12 subset) of the command's own arguments, an object schema
     /// with `additionalProperties:false`. The host adds `requestId`, `feedback` and
     /// `timeoutMs` itself.
@@ -537,6 +542,7 @@ impl CommandSpec {
             device_key: Vec::new(),
             default_timeout_ms: DEFAULT_TIMEOUT_MS,
             max_timeout_ms: DEFAULT_MAX_TIMEOUT_MS,
+            operation_timeouts: std::collections::BTreeMap::new(),
             input_schema: serde_json::json!({"type": "object", "additionalProperties": false, "properties": {}}),
         }
     }
@@ -631,6 +637,18 @@ impl CommandSpec {
         self.default_timeout_ms = default_ms;
         self.max_timeout_ms = max_ms;
         self
+    }
+
+    /// The default `timeoutMs` of one `operation` (the caller's `timeoutMs` still wins).
+    pub fn operation_timeout(mut self, operation: impl Into<String>, default_ms: u64) -> Self {
+        self.operation_timeouts.insert(operation.into(), default_ms);
+        self
+    }
+
+    /// The default deadline of a call with these arguments: its `operation`'s own
+    /// default, else the command's.
+    pub fn default_timeout_for(&self, arguments: &Value) -> u64 {
+        arguments.get("operation").and_then(Value::as_str).and_then(|op| self.operation_timeouts.get(op).copied()).unwrap_or(self.default_timeout_ms)
     }
 
     /// JSON Schema of the command's own arguments (a closed object schema).

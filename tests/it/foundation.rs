@@ -413,6 +413,21 @@ fn changed_plugin_file_gives_runtime_code_mismatch_until_restart() {
     assert_ne!(new_pid, pid, "the call after stop must start a new runtime\n{}", env.report(None));
 }
 
+#[test]
+fn runtime_stop_asks_plugins_with_the_stop_hook_before_exiting() {
+    let env = TestEnv::new();
+    env.install_fixtures();
+    let marker = env.root.join("stop-marker");
+    env.set_env("AAB_FIXTURE_STOP_MARKER", marker.display().to_string());
+    echo_ok(&env, "start");
+    let pid = env.runtime_pid().expect("a runtime");
+    env.check(!marker.exists(), &env.aab(&["runtime", "--operation", "status"]), "no stop hook runs while the runtime lives");
+    let stop = env.aab(&["runtime", "--operation", "stop"]);
+    env.check(wait_for_exit(pid, Duration::from_secs(15)), &stop, "the runtime must exit after stop");
+    let lines = std::fs::read_to_string(&marker).unwrap_or_default();
+    env.check(lines.lines().count() == 1 && lines.contains("runtime-stop"), &stop, &format!("the fixture's runtime-stop hook ran exactly once before exit: {lines:?}"));
+}
+
 // The runtime RPC access tests (handshake, refusals, impostors) live in `trust.rs`.
 
 // ------------------------------------------------------------------ validation

@@ -21,6 +21,7 @@ mod android_uia;
 mod android_install;
 mod android_webview;
 mod android_h5;
+mod executor_prepare;
 mod facts;
 mod h5_renderer;
 mod foundation;

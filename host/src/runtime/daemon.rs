@@ -201,6 +201,8 @@ async fn daemon_main() -> Result<(), CommandError> {
     if tokio::time::timeout(std::time::Duration::from_secs(15), engines).await.is_err() {
         tracing::warn!("engine operations did not finish draining within 15 s");
     }
+    // Plugins end what outlives a call (remote sessions) while ownership is still ours.
+    runtime.host.stop_plugins().await;
     remove_endpoint_if_ours(&runtime.config.endpoint_path(), &runtime.runtime_id, &runtime.config.facts_dir.display().to_string());
     tracing::info!(runtime_id = %runtime.runtime_id, "runtime stopped");
     drop(owner_lock);
