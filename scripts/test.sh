@@ -8,3 +8,5 @@ cargo build --workspace --all-targets --locked
 # the one the e2e suite builds it into, so its dependencies compile once.
 CARGO_TARGET_DIR=target/private-provider cargo test --manifest-path examples/private-provider/Cargo.toml --locked -- --test-threads=2
 cargo test --workspace --locked --no-fail-fast -- --test-threads=2
+# aab-webdriver's own tests need its `servers` feature (real chromedriver, Selenium Grid, Appium).
+cargo test -p aab-webdriver --features servers --locked --no-fail-fast -- --test-threads=2
