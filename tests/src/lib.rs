@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+pub mod pages;
 pub mod chromium;
 pub mod fake_adbd;
 pub mod runtime_wire;
