@@ -2,7 +2,7 @@
 //! FactStore record in stream `android.actions` keyed by the host action id,
 //! appended durably BEFORE the dispatch mark, so `device-ownership reconcile`
 //! can find where to ask (the SDK endpoint or the shell worker) after any crash.
-//! Record: `{schemaVersion:"aab.android-action-record/v1", kind:"native"|"flutter"|"shell",
+//! Record: `{schemaVersion:"aab.android-action-record/v1", kind:"native"|"flutter"|"h5"|"shell"|"install"|"uia"|"executor",
 //! command, serial, packageName?, device:{…}}`.
 
 use aab_plugin_api::host::Durability;

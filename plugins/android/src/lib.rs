@@ -3,7 +3,8 @@
 //! Layout: [`adb`] (the adb server port-protocol transport: host services, device
 //! services, device selection), [`sdk`] (the SDK connection sequence: endpoint
 //! descriptor, verified forward, one-request HTTP), [`foreground`] (foreground
-//! identity), [`manifest`] (specs), [`commands`] (typed commands). Only commands
+//! identity), [`manifest`] (specs), [`commands`] (typed commands), [`executor`]
+//! (the instrumentation sessions of `android-executor` / `flutter-executor`). Only commands
 //! that work end to end are advertised (the list is `commands::list`).
 
 // `ProviderError` is the SDK's error type; the transport returns it by value.
@@ -17,6 +18,9 @@ mod action_record;
 mod commands;
 #[cfg(test)]
 mod device_tests;
+mod executor;
+#[cfg(test)]
+mod executor_tests;
 #[allow(dead_code)]
 mod flutter;
 mod flutter_h5;

@@ -7,6 +7,8 @@
 //! else — not active, a new runtime (the SDK keeps its one receipt in memory),
 //! unreachable — stays unsettled with the reason and the device's answer.
 //! Flutter actions (kind `flutter`) ask `POST /v1/flutter/cancel` the same way.
+//! Executor actions (kind `executor`) ask the session's receipt route, or its
+//! journal in the target's files dir once the session ended ([`crate::executor::reconcile`]).
 //! Shell actions ask the phone's shell worker for the job's durable receipt
 //! ([`crate::shell_exec::reconcile`]).
 
@@ -59,6 +61,7 @@ pub async fn reconcile(ctx: &Context<'_>, request: Value) -> Result<Value, Provi
             }
             return Ok(json!({"status": "settled", "receipt": {"actionId": action_id, "runtimeEpoch": pending["runtimeEpoch"], "kind": "install", "ok": answer["succeeded"], "installation": answer}}));
         }
+        Some("executor") => crate::executor::reconcile(ctx, &record).await,
         Some("uia") => {
             let budget = Budget::new(ctx, None);
             let Some(serial) = record["serial"].as_str() else { return Ok(unsettled("action_record_invalid", record.clone())) };

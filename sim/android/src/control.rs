@@ -191,6 +191,7 @@ pub async fn handle(devices: &[Arc<Device>], req: &Value) -> Value {
             json!({ "ok": true })
         }
         "hold" => crate::hold::control(&dev, req),
+        "executors" => crate::executor::control(&dev),
         "installs" => crate::installer::control(&dev),
         "permission-request" => crate::permission_dialog::request(&dev, req),
         "uia" | "uia-restart" | "uia-kill" | "system-dialog" => crate::uia::control(&dev, req),

@@ -38,6 +38,8 @@ pub struct Device {
     pub tool_port: Mutex<u16>,
     /// UIA runtimes (src/uia/) by phone root.
     pub uia: Mutex<crate::uia::Registry>,
+    /// Executor instrumentation sessions (src/executor.rs).
+    pub executor: Mutex<crate::executor::Registry>,
 }
 
 pub struct Boot {
@@ -114,6 +116,7 @@ impl Device {
             offline_until: Mutex::new(None),
             tool_port: Mutex::new(0),
             uia: Mutex::new(Default::default()),
+            executor: Mutex::new(Default::default()),
         })
     }
 

@@ -74,6 +74,12 @@ pub struct Faults {
     /// Installer: with `install_commit_text`, the install does happen (an OEM text over a
     /// real install): the installed bytes are the only proof.
     pub install_commit_text_installs: bool,
+    /// Executor: an admitted action runs this long before its effect (a slow action; the slot stays busy).
+    pub executor_action_delay_ms: u64,
+    /// Executor: the next N settled `act` replies are lost after the effect (the journal keeps the receipt).
+    pub executor_drop_replies: u32,
+    /// Executor: the instrumentation's process dies while each of the next N admitted actions runs, before its effect.
+    pub executor_crash_mid_action: u32,
 }
 
 impl Faults {

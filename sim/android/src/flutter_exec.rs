@@ -350,7 +350,7 @@ type Truth = Vec<(&'static str, Value)>;
 
 /// Validates (`apply` false) or performs (`apply` true) one payload on the
 /// foreground Flutter view; the receipt or a target failure.
-fn act(dev: &Arc<Device>, package: &str, action_id: &str, epoch: &str, p: &Map<String, Value>, apply: bool) -> Result<Value, Value> {
+pub(crate) fn act(dev: &Arc<Device>, package: &str, action_id: &str, epoch: &str, p: &Map<String, Value>, apply: bool) -> Result<Value, Value> {
     let mut ph = dev.phone.lock().unwrap();
     let Some(idx) = ph.app_index(package) else { return Err(fail("no_current_activity", false)) };
     if ph.foreground != Some(idx) {

@@ -59,6 +59,8 @@ pub struct ApkInfo {
     /// SHA-256 digests of the signer certificates (apksigner).
     pub certs: Vec<String>,
     pub sha256: String,
+    /// `<instrumentation>` elements of the manifest (`aapt dump xmltree`).
+    pub instrumentations: Vec<crate::executor::Instrumentation>,
 }
 
 /// Runtime ("dangerous") permissions; any other requested permission is an install-time one.
@@ -266,6 +268,8 @@ pub fn verify(apk: &[u8], tmp_name: &str) -> Result<Result<ApkInfo, (String, Str
         let label = text.lines().find(|l| l.starts_with("application-label:")).and_then(|l| l.split_once(':').map(|(_, v)| v.trim().trim_matches('\'').to_string())).filter(|s| !s.is_empty());
         let permissions = text.lines().filter(|l| l.starts_with("uses-permission:")).filter_map(|l| quoted(l.trim_start_matches("uses-permission:").trim(), "name")).collect::<Vec<_>>();
         let launchable = text.lines().find(|l| l.starts_with("launchable-activity:")).and_then(|l| quoted(l.trim_start_matches("launchable-activity:").trim(), "name"));
+        let out = std::process::Command::new(&aapt).args(["dump", "xmltree"]).arg(&file).arg("AndroidManifest.xml").output().map_err(|e| format!("cannot run aapt ({aapt}; set AAB_SIM_AAPT): {e}"))?;
+        let instrumentations = instrumentations_of(&package, &String::from_utf8_lossy(&out.stdout));
         let signer = tool("AAB_SIM_APKSIGNER", "apksigner");
         let out = std::process::Command::new(&signer).args(["verify", "--print-certs"]).arg(&file).output().map_err(|e| format!("cannot run apksigner ({signer}; set AAB_SIM_APKSIGNER): {e}"))?;
         let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -274,10 +278,48 @@ pub fn verify(apk: &[u8], tmp_name: &str) -> Result<Result<ApkInfo, (String, Str
             let why = text.lines().find(|l| l.starts_with("ERROR")).unwrap_or("no signature").to_string();
             return Ok(Err(failure("INSTALL_PARSE_FAILED_NO_CERTIFICATES", &format!("Failed to collect certificates from {tmp_name}: {why}"))));
         }
-        Ok(Ok(ApkInfo { package, version_code, version_name, label, permissions, launchable, certs, sha256: sha256_hex(apk) }))
+        Ok(Ok(ApkInfo { package, version_code, version_name, label, permissions, launchable, certs, sha256: sha256_hex(apk), instrumentations }))
     })();
     let _ = std::fs::remove_dir_all(&dir);
     r
+}
+
+/// The value of one `A: android:<name>(0x…)="value" (Raw: …)` line of `aapt dump xmltree`.
+fn xml_attr(line: &str, name: &str) -> Option<String> {
+    let rest = line.trim().strip_prefix(&format!("A: android:{name}("))?;
+    let value = rest.split_once(")=\"")?.1;
+    Some(value[..value.find('"')?].to_string())
+}
+
+/// The manifest's `<instrumentation android:name android:targetPackage android:label>` elements,
+/// names resolved against the package as the manifest parser does.
+pub fn instrumentations_of(package: &str, xmltree: &str) -> Vec<crate::executor::Instrumentation> {
+    let mut out = vec![];
+    let mut cur: Option<(Option<String>, Option<String>, Option<String>)> = None;
+    let flush = |c: Option<(Option<String>, Option<String>, Option<String>)>, out: &mut Vec<crate::executor::Instrumentation>| {
+        if let Some((Some(name), Some(target), label)) = c {
+            out.push(crate::executor::Instrumentation { name: crate::executor::resolve_class(package, &name), target, label });
+        }
+    };
+    for line in xmltree.lines() {
+        let t = line.trim();
+        if t.starts_with("E: ") {
+            flush(cur.take(), &mut out);
+            if t.starts_with("E: instrumentation ") || t == "E: instrumentation" {
+                cur = Some((None, None, None));
+            }
+        } else if let Some(c) = cur.as_mut() {
+            if let Some(v) = xml_attr(t, "name") {
+                c.0 = Some(v);
+            } else if let Some(v) = xml_attr(t, "targetPackage") {
+                c.1 = Some(v);
+            } else if let Some(v) = xml_attr(t, "label") {
+                c.2 = Some(v);
+            }
+        }
+    }
+    flush(cur.take(), &mut out);
+    out
 }
 
 /// The bytes a session installs: the split named `base`/`base.apk`, else the first.
@@ -331,6 +373,7 @@ fn apply(dev: &Arc<Device>, ph: &mut Phone, info: &ApkInfo, bytes: &[u8], flags:
     app.code_path = Some(format!("{dir}/base.apk"));
     app.cert = Some(cert);
     app.apk_sha256 = Some(info.sha256.clone());
+    app.instrumentations = info.instrumentations.clone();
     app.spec.version_code = Some(info.version_code);
     app.spec.version_name = Some(info.version_name.clone());
     if let Some(l) = &info.launchable

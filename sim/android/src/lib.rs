@@ -8,13 +8,15 @@
 //! `services` (shell/exec, pty, sync, sockets, abb), `rootfs` (device root), `tools`
 //! (Android tools behind the shim), `phone` (app/screen model), `lifecycle`
 //! (processes, /proc, reboot), `dumpsys`/`uiautomator`/`screencap` (stock
-//! renderings), `sdk` (the app SDK's HTTP dialect), `sdk_actions` (its native managed actions), `redact` (its network-capture redaction), `control`, `scenario`, `faults`.
+//! renderings), `sdk` (the app SDK's HTTP dialect), `sdk_actions` (its native managed actions), `redact` (its network-capture redaction), `executor`/`executor_actions` (instrumentation sessions of the executors), `control`, `scenario`, `faults`.
 
 mod adbd;
 pub mod control;
 mod control_timed;
 pub mod device;
 mod dumpsys;
+mod executor;
+mod executor_actions;
 mod h5;
 mod installer;
 pub mod hold;
@@ -147,6 +149,7 @@ impl Simulator {
             t.abort();
         }
         for d in &self.devices {
+            executor::shutdown(d);
             d.drop_connections();
             rootfs::kill_processes_in(&d.root);
             webview::shutdown(d);

@@ -130,6 +130,8 @@ pub fn stop_process(dev: &Arc<Device>, idx: usize, reason: &str) {
         dev.unlisten(&format!("localabstract:aab-sdk-{}", p.epoch));
         crate::sdk_actions::process_gone(&p.epoch);
     }
+    // An instrumentation runs inside its target's process and dies with it.
+    crate::executor::process_gone(dev, &package, p.pid);
     let _ = std::fs::remove_dir_all(proc_path(dev, &p.pid.to_string()));
     crate::webview::process_stopped(dev, &package);
     write_net_unix(dev);

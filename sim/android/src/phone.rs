@@ -56,6 +56,8 @@ pub struct App {
     pub apk_sha256: Option<String>,
     /// Runtime permission flags set by the permission dialog (src/permission_dialog.rs).
     pub perm_flags: BTreeMap<String, PermFlags>,
+    /// `<instrumentation>` elements of the installed APK (`pm list instrumentation`, `am instrument`).
+    pub instrumentations: Vec<crate::executor::Instrumentation>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -162,6 +164,7 @@ impl App {
             code_path: None,
             apk_sha256: None,
             perm_flags: BTreeMap::new(),
+            instrumentations: vec![],
             spec,
         };
         app.reset_runtime();

@@ -331,7 +331,7 @@ pub fn actions(dev: &Device) -> Value {
     let truth = dev.truth_since(0);
     let mut owner: Vec<(u64, u64, Value)> = vec![];
     for r in &truth {
-        if r["kind"] == "sdk-action" {
+        if r["kind"] == "sdk-action" || r["kind"] == "executor-action" {
             let e = &r["data"]["effects"];
             owner.push((e["after"].as_u64().unwrap_or(0), e["through"].as_u64().unwrap_or(0), r["data"]["actionId"].clone()));
         }

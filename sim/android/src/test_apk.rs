@@ -24,12 +24,30 @@ pub fn keystore(dir: &Path, name: &str) -> PathBuf {
 
 /// A real APK of `package` at `version_code` requesting `perms`, signed with `ks` (None: unsigned).
 pub fn apk(dir: &Path, package: &str, version_code: u32, perms: &[&str], ks: Option<&Path>) -> PathBuf {
+    build(dir, package, version_code, perms, &[], ks)
+}
+
+/// A test APK `package` whose manifest declares `<instrumentation android:name=runner
+/// android:targetPackage=target>` for each `(runner, target)` (what `executor-prepare`
+/// builds for an executor), signed with `ks`.
+pub fn instrumentation_apk(dir: &Path, package: &str, instrumentations: &[(&str, &str)], ks: &Path) -> PathBuf {
+    build(dir, package, 1, &[], instrumentations, Some(ks))
+}
+
+fn build(dir: &Path, package: &str, version_code: u32, perms: &[&str], instrumentations: &[(&str, &str)], ks: Option<&Path>) -> PathBuf {
     let work = dir.join(format!("{package}-{version_code}-{}", ks.map(|k| k.file_stem().unwrap().to_string_lossy().to_string()).unwrap_or("unsigned".into())));
     std::fs::create_dir_all(&work).unwrap();
     let uses: String = perms.iter().map(|p| format!("  <uses-permission android:name=\"{p}\"/>\n")).collect();
+    let instr: String = instrumentations.iter().map(|(runner, target)| format!("  <instrumentation android:name=\"{runner}\" android:targetPackage=\"{target}\" android:label=\"aab executor\"/>\n")).collect();
+    // A test APK has no launcher activity.
+    let activity = if instrumentations.is_empty() {
+        "    <activity android:name=\".Main\" android:exported=\"true\">\n      <intent-filter><action android:name=\"android.intent.action.MAIN\"/><category android:name=\"android.intent.category.LAUNCHER\"/></intent-filter>\n    </activity>\n"
+    } else {
+        ""
+    };
     std::fs::write(
         work.join("AndroidManifest.xml"),
-        format!("<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<manifest xmlns:android=\"http://schemas.android.com/apk/res/android\" package=\"{package}\" android:versionCode=\"{version_code}\" android:versionName=\"1.{version_code}\">\n  <uses-sdk android:minSdkVersion=\"24\" android:targetSdkVersion=\"34\"/>\n{uses}  <application android:label=\"Test\">\n    <activity android:name=\".Main\" android:exported=\"true\">\n      <intent-filter><action android:name=\"android.intent.action.MAIN\"/><category android:name=\"android.intent.category.LAUNCHER\"/></intent-filter>\n    </activity>\n  </application>\n</manifest>\n"),
+        format!("<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<manifest xmlns:android=\"http://schemas.android.com/apk/res/android\" package=\"{package}\" android:versionCode=\"{version_code}\" android:versionName=\"1.{version_code}\">\n  <uses-sdk android:minSdkVersion=\"24\" android:targetSdkVersion=\"34\"/>\n{uses}  <application android:label=\"Test\">\n{activity}  </application>\n{instr}</manifest>\n"),
     )
     .unwrap();
     let unsigned = work.join("unsigned.apk");
@@ -39,4 +57,3 @@ pub fn apk(dir: &Path, package: &str, version_code: u32, perms: &[&str], ks: Opt
     run(Command::new("apksigner").args(["sign", "--ks"]).arg(ks).args(["--ks-pass", "pass:secret12", "--out"]).arg(&signed).arg(&unsigned));
     signed
 }
-

@@ -46,6 +46,7 @@ mod uia;
 pub(crate) mod install_apk;
 mod permission_dialog;
 mod webview;
+pub(crate) mod executor;
 
 /// How long before the host's deadline a polling wait gives up, so that its own
 /// timeout (`h5_wait_timeout`, `wait_text_timeout`, …) carries the last look instead
@@ -120,6 +121,8 @@ pub fn list() -> Commands<AndroidProvider> {
         .add::<webview::WebviewPages>()
         .add::<webview::WebviewNetwork>()
         .add::<webview::WebviewConsole>()
+        .add::<executor::AndroidExecutor>()
+        .add::<executor::FlutterExecutor>()
 }
 
 #[derive(Deserialize)]
@@ -200,7 +203,7 @@ mod tests {
     fn the_manifest_passes_the_sdk_checks() {
         let specs: Vec<CommandSpec> = list().specs().cloned().collect();
         let names: Vec<&str> = specs.iter().map(|c| c.command.as_str()).collect();
-        assert_eq!(names, ["status", "tree", "screenshot", "logs", "state", "network", "events", "logcat", "keyboard-state", "permission-state", "wait-text", "ui-observation", "forward", "remove-forward", "tap", "tap-native", "tap-text", "input-text", "native-gesture", "swipe", "keyevent", "hide-keyboard", "launch-app", "launch-activity", "clear-app-data", "freeze-app", "thaw-app", "permission-grant", "permission-revoke", "appops-set", "h5-dom", "h5-click", "h5-input", "h5-wait", "h5-scroll", "h5-eval", "flutter-tree", "flutter-nodes", "flutter-action", "tap-flutter", "tap-flutter-text", "input-flutter-text", "scroll-flutter", "flutter-h5-dom", "flutter-h5-click", "flutter-h5-input", "flutter-h5-wait", "flutter-h5-scroll", "flutter-h5-eval", "install-apk", "install-apk-status", "permission-dialog", "permission-dialog-status", "uia-runtime", "uia-tree", "tap-uia", "tap-uia-text", "webview-pages", "webview-network", "webview-console"]);
+        assert_eq!(names, ["status", "tree", "screenshot", "logs", "state", "network", "events", "logcat", "keyboard-state", "permission-state", "wait-text", "ui-observation", "forward", "remove-forward", "tap", "tap-native", "tap-text", "input-text", "native-gesture", "swipe", "keyevent", "hide-keyboard", "launch-app", "launch-activity", "clear-app-data", "freeze-app", "thaw-app", "permission-grant", "permission-revoke", "appops-set", "h5-dom", "h5-click", "h5-input", "h5-wait", "h5-scroll", "h5-eval", "flutter-tree", "flutter-nodes", "flutter-action", "tap-flutter", "tap-flutter-text", "input-flutter-text", "scroll-flutter", "flutter-h5-dom", "flutter-h5-click", "flutter-h5-input", "flutter-h5-wait", "flutter-h5-scroll", "flutter-h5-eval", "install-apk", "install-apk-status", "permission-dialog", "permission-dialog-status", "uia-runtime", "uia-tree", "tap-uia", "tap-uia-text", "webview-pages", "webview-network", "webview-console", "android-executor", "flutter-executor"]);
         crate::manifest::manifest().commands(specs).check().unwrap();
     }
 }

@@ -44,6 +44,12 @@ pub async fn request(port: u16, method: &str, path: &str, body: Option<&Value>, 
 
 /// [`request`] with extra request headers (the UIA runtime's `Authorization`).
 pub async fn request_with(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&Value>, deadline: Deadline) -> Result<Response> {
+    request_capped(port, method, path, headers, body, MAX_RESPONSE, deadline).await
+}
+
+/// [`request_with`] refusing a reply over `limit` bytes (a peer whose answers are
+/// small, such as an executor session, gets a tighter bound than screenshots need).
+pub async fn request_capped(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&Value>, limit: usize, deadline: Deadline) -> Result<Response> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let timeout = |written: bool| failure(BRIDGE_NOT_READY, format!("the SDK did not answer {method} {path} in time"), method, path, written);
     let mut stream = match tokio::time::timeout_at(deadline.instant(), TcpStream::connect(addr)).await {
@@ -85,8 +91,8 @@ pub async fn request_with(port: u16, method: &str, path: &str, headers: &[(&str,
         if n == 0 {
             break;
         }
-        if reply.len() + n > MAX_RESPONSE {
-            return Err(failure(BRIDGE_PROTOCOL_ERROR, format!("the SDK reply to {method} {path} exceeds {MAX_RESPONSE} bytes"), method, path, true));
+        if reply.len() + n > limit {
+            return Err(failure(BRIDGE_PROTOCOL_ERROR, format!("the SDK reply to {method} {path} exceeds {limit} bytes"), method, path, true));
         }
         reply.extend_from_slice(&chunk[..n]);
         if let Some(done) = complete(&reply) {

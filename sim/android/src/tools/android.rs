@@ -174,6 +174,20 @@ fn pm(ctx: &Ctx, args: &[String]) -> Res {
         v
     };
     match sub {
+        "list" if rest.first().map(|s| s.as_str()) == Some("instrumentation") => {
+            // `pm list instrumentation [-f] [TARGET]`, one line per element, as PackageManagerShellCommand prints it.
+            let ph = dev.phone.lock().unwrap();
+            let target = rest.get(1).map(|s| s.as_str());
+            let mut lines: Vec<String> = vec![];
+            for a in ph.apps.iter().filter(|a| a.installed) {
+                for i in a.instrumentations.iter().filter(|i| target.is_none_or(|t| i.target == t)) {
+                    let source = if args.iter().any(|x| x == "-f") { format!("{}=", a.code_path.clone().unwrap_or_else(|| format!("/data/app/~~sim==/{}-1==/base.apk", a.package))) } else { String::new() };
+                    lines.push(format!("instrumentation:{source}{} (target={})\n", crate::executor::short_component(&a.package, &i.name), i.target));
+                }
+            }
+            lines.sort();
+            Res::ok(lines.concat())
+        }
         "list" if rest.first().map(|s| s.as_str()) == Some("packages") => {
             let ph = dev.phone.lock().unwrap();
             let filter = rest.get(1).map(|s| s.as_str());

@@ -129,6 +129,8 @@ pub async fn run(ctx: &Ctx, argv: &[String], w: &mut (dyn AsyncWrite + Unpin + S
         "logcat" => logcat::run(ctx, args, w).await,
         "input" => android::input(ctx, args).await,
         "app_process" => crate::uia::app_process(ctx, args),
+        // A running instrumentation streams its status until it finishes (src/executor.rs).
+        "am" if args.first().map(String::as_str) == Some("instrument") => crate::executor::instrument(ctx, &args[1..], w).await,
         "pm" | "cmd" if pm_async(name, args).is_some() => {
             let pm = pm_async(name, args).unwrap();
             match pm[0].as_str() {

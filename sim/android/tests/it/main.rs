@@ -12,6 +12,7 @@ mod hold;
 mod installer;
 mod native_slot;
 mod effects;
+mod executor;
 mod flutter;
 mod flutter_h5;
 mod sdk;
