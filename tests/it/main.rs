@@ -8,6 +8,7 @@ mod android_capture;
 mod android_tree;
 mod android_adbq;
 mod android_demo;
+mod android_executor;
 mod android_intent;
 mod android_matrix;
 mod android_ownership;
