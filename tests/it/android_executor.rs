@@ -106,3 +106,43 @@ fn android_executor_runs_a_prepared_instrumentation_session_against_ground_truth
     assert_eq!(last["endReason"], json!("closed"), "ground truth: {last}");
     w.fails("android-executor", with(base("observe"), id), "android_executor_session_closed");
 }
+
+#[test]
+fn flutter_executor_drives_the_flutter_action_set_through_the_cli() {
+    let w = World::new();
+    let sim = simulated(&w);
+    let serial = sim.devices[0].serial.clone();
+    let base = |op: &str| json!({"operation": op, "packageName": SAMPLE, "serial": serial});
+    prepare_and_install(&w, &serial);
+    let open = w.ok("flutter-executor", with(base("open"), json!({"activity": "io.flutter.embedding.android.FlutterActivity"})));
+    assert_eq!(open["engine"], json!("flutter"), "{open}");
+    let id = json!({"sessionId": open["sessionId"], "runtimeEpoch": open["runtimeEpoch"]});
+    let flutter = || control(&w, &sim, json!({"op": "flutter", "package": SAMPLE}));
+    let effects = |all: &Value, kind: &str, action_id: &str| all["effects"].as_array().unwrap().iter().filter(|e| e["kind"] == json!(kind) && e["data"]["actionId"] == json!(action_id)).count();
+    let act = |action: Value| {
+        let s = w.ok("flutter-executor", with(base("observe"), id.clone()));
+        let action = match action["targetText"].as_str() {
+            Some(text) => {
+                let mut a = action.clone();
+                let key = if action["type"] == json!("enterText") { "label" } else { "text" };
+                a["targetRef"] = node(&s, key, text)["targetRef"].clone();
+                a.as_object_mut().unwrap().remove("targetText");
+                a
+            }
+            None => action,
+        };
+        let r = w.ok("flutter-executor", with(base("act"), with(id.clone(), json!({"snapshotId": s["snapshotId"], "action": action}))));
+        let action_id = r["receipt"]["actionId"].as_str().unwrap().to_string();
+        (r, action_id)
+    };
+    let (_, tap) = act(json!({"type": "tap", "targetText": "Add to cart"}));
+    assert_eq!(effects(&flutter(), "flutter-tap", &tap), 1, "ground truth: one Flutter tap by this action");
+    let (_, typed) = act(json!({"type": "enterText", "targetText": "Search", "text": "red shoes"}));
+    let engine = flutter();
+    assert_eq!((engine["engine"]["values"]["search"].clone(), effects(&engine, "flutter-text", &typed)), (json!("red shoes"), 1));
+    let (r, _) = act(json!({"type": "ensureVisible", "targetText": "Product 30"}));
+    assert_eq!(r["receipt"]["alreadyVisible"], json!(false), "{r}");
+    assert!(flutter()["engine"]["scroll"]["products"].as_f64().unwrap() > 0.0, "ground truth: the list scrolled");
+    let closed = w.ok("flutter-executor", with(base("close"), id));
+    assert_eq!(closed["closed"], json!(true));
+}
