@@ -44,3 +44,4 @@ mod script;
 mod trust;
 mod torture;
 mod web;
+mod web_executor;

@@ -129,19 +129,13 @@ fn decode(status: u16, bytes: &[u8]) -> Result<Value, WdError> {
             message: format!("no `value` member: {}", snippet(bytes)),
         });
     };
-    if let Some(error) = value.get("error").and_then(Value::as_str) {
-        let message = value
-            .get("message")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        return Err(WdError::Protocol {
-            status,
-            error: error.to_string(),
-            message,
-        });
-    }
+    // W3C errors are non-2xx replies; a 2xx `value` is data, even one with an
+    // `error` member (a script may return any object).
     if !(200..300).contains(&status) {
+        if let Some(error) = value.get("error").and_then(Value::as_str) {
+            let message = value.get("message").and_then(Value::as_str).unwrap_or_default().to_string();
+            return Err(WdError::Protocol { status, error: error.to_string(), message });
+        }
         return Err(WdError::Protocol {
             status,
             error: "unknown error".into(),
@@ -199,6 +193,8 @@ mod tests {
             json!({"ready": true})
         );
         assert_eq!(decode(200, br#"{"value":null}"#).unwrap(), Value::Null);
+        // A script's own object is data on 200, even with an `error` member.
+        assert_eq!(decode(200, br#"{"value":{"error":"mine"}}"#).unwrap(), serde_json::json!({"error": "mine"}));
         let err = decode(
             404,
             br#"{"value":{"error":"no such element","message":"gone","stacktrace":""}}"#,

@@ -385,7 +385,7 @@
   // height = the CSS viewport, scrollX/scrollY, bounds = the element's rect); the
   // final `action` recomputes the geometry and acts only when it is identical.
 
-  var H5_STATE_KEYS = { android_h5_: '__aabAndroidH5TargetV1', ios_h5_: '__aabIOSH5TargetV1', flutter_h5_: '__aabFlutterH5TargetV1' };
+  var H5_STATE_KEYS = { android_h5_: '__aabAndroidH5TargetV1', ios_h5_: '__aabIOSH5TargetV1', flutter_h5_: '__aabFlutterH5TargetV1', web_executor_: '__aabWebExecutorTargetV1' };
   var H5_LIMITS = { controls: 1000, scan: 5000, text: 500, value: 500, bodyText: 20000, title: 1024 };
   var H5_IDENTITY_KEYS = ['elementId', 'tag', 'id', 'name', 'type', 'text', 'ariaLabel', 'href'];
 
@@ -503,9 +503,11 @@
     return { ok: true, element: found[0], identity: identity };
   }
 
-  // Everything click/input need, checked again in the final turn.
-  function h5Prepare(prefix, payload) {
-    var r = h5Resolve(prefix, payload.element);
+  // Everything click/input need, checked again in the final turn. `resolve` finds
+  // the observed element (default: among the controls; the executor also binds
+  // elements a CSS query described).
+  function h5Prepare(prefix, payload, resolve) {
+    var r = (resolve || h5Resolve)(prefix, payload.element);
     if (!r.ok) return r;
     var el = r.element;
     var visible = isVisible(el), disabled = isDisabled(el);
@@ -552,6 +554,278 @@
     return out;
   }
 
+  // ------------------------------------------------------------------ executor turns
+  // `web-executor` drives pages that embed no SDK: its engine (CDP or WebDriver)
+  // injects this file and evaluates further turns of the same renderer, with error
+  // prefix `web_executor_`:
+  //   document  the document's identity (documentId, url, title) without a snapshot;
+  //   query     a CSS selector's matches, described like snapshot controls;
+  //   match     a wait condition (selector matches, or body text);
+  //   arm       the last check before the engine's own input events: the element
+  //             must still have the prepared geometry; writes the action's ledger
+  //             entry (`dispatching`) and a capture-phase listener that marks it
+  //             `delivered` when the event reaches the bound element (focus and
+  //             content selection for typing happen here too);
+  //   ledger    an action's entry, read back to settle or reconcile it.
+  // The ledger is kept in the document and in sessionStorage, so a delivery that
+  // navigated the page (a link, a form) is still provable from the next document of
+  // the same origin; an engine may also define the binding function
+  // `__aabWebExecutorDelivered`, which learns of a delivery at once.
+
+  var EXEC_PREFIX = 'web_executor_';
+  var EXEC_LEDGER_KEY = '__aabWebExecutorLedgerV1';
+  var EXEC_LEDGER_STORAGE = 'aab.web-executor.ledger.v1';
+  var EXEC_LEDGER_MAX = 32;
+  var EXEC_BINDING = '__aabWebExecutorDelivered';
+  var EXEC_EVENTS = { click: ['click'], input: ['input'], key: ['keydown'], wheel: ['wheel'], scrollIntoView: [] };
+  var EXEC_MATCHES = 20;
+
+  function execLedger() {
+    var l = root[EXEC_LEDGER_KEY];
+    if (!l || l.document !== document) {
+      l = { entries: {}, order: [], listener: null, document: document };
+      try { Object.defineProperty(root, EXEC_LEDGER_KEY, { value: l, enumerable: false, configurable: true, writable: true }); } catch (e) { root[EXEC_LEDGER_KEY] = l; }
+    }
+    return l;
+  }
+
+  function execStored() {
+    try {
+      var s = root.sessionStorage;
+      var v = s && s.getItem(EXEC_LEDGER_STORAGE);
+      var o = v ? JSON.parse(v) : null;
+      return o && typeof o === 'object' && !Array.isArray(o) ? o : {};
+    } catch (e) { return {}; }
+  }
+
+  function execPut(entry) {
+    var l = execLedger();
+    if (!l.entries[entry.actionId]) l.order.push(entry.actionId);
+    l.entries[entry.actionId] = entry;
+    while (l.order.length > EXEC_LEDGER_MAX) delete l.entries[l.order.shift()];
+    try {
+      var s = root.sessionStorage;
+      if (!s) return;
+      var stored = execStored();
+      stored[entry.actionId] = entry;
+      var ids = Object.keys(stored).sort(function (a, b) { return (Number(stored[a] && stored[a].armedAtMs) || 0) - (Number(stored[b] && stored[b].armedAtMs) || 0); });
+      while (ids.length > EXEC_LEDGER_MAX) delete stored[ids.shift()];
+      s.setItem(EXEC_LEDGER_STORAGE, JSON.stringify(stored));
+    } catch (e) { /* no storage here (opaque origin, quota): the in-document copy remains */ }
+  }
+
+  // The entry of an action: this document's copy, or the stored one (a delivery
+  // recorded by an earlier document of this origin wins over a stale copy).
+  function execGet(actionId) {
+    var l = root[EXEC_LEDGER_KEY];
+    var mem = l && l.document === document ? l.entries[actionId] : null;
+    var stored = execStored()[actionId];
+    if (stored && typeof stored === 'object' && stored.status === 'delivered' && (!mem || mem.status !== 'delivered')) return stored;
+    return mem || (stored && typeof stored === 'object' ? stored : null);
+  }
+
+  function execListen(entry, el, types) {
+    var l = execLedger();
+    if (l.listener) l.listener();
+    var done = false;
+    var stop = function () {
+      done = true;
+      for (var j = 0; j < types.length; j++) root.removeEventListener(types[j], fn, true);
+      if (l.listener === stop) l.listener = null;
+    };
+    var fn = function (e) {
+      if (done) return;
+      var t = e.target;
+      if (el && !(t === el || (t && typeof el.contains === 'function' && el.contains(t)))) return;
+      stop();
+      var next = {};
+      for (var k in entry) next[k] = entry[k];
+      next.status = 'delivered';
+      next.trusted = !!e.isTrusted;
+      next.eventType = e.type;
+      next.deliveredAtMs = now();
+      execPut(next);
+      var binding = root[EXEC_BINDING];
+      if (typeof binding === 'function') {
+        try { binding(JSON.stringify({ actionId: next.actionId, trusted: next.trusted, eventType: next.eventType, url: clip(currentUrl(), 4096) })); } catch (err) { /* the engine is gone */ }
+      }
+    };
+    for (var i = 0; i < types.length; i++) root.addEventListener(types[i], fn, true);
+    l.listener = stop;
+  }
+
+  // Any connected element the document's identity map knows (snapshot controls and
+  // CSS query matches), with the observed identity.
+  function execResolve(prefix, ref) {
+    var el = elementById(ref.elementId);
+    if (!el) return h5Fail(prefix + 'target_changed');
+    var identity = h5IdentityOf(el);
+    for (var k = 0; k < H5_IDENTITY_KEYS.length; k++) {
+      var key = H5_IDENTITY_KEYS[k];
+      if (identity[key] !== ref[key]) return h5Fail(prefix + 'target_changed', false, { field: key });
+    }
+    return { ok: true, element: el, identity: identity };
+  }
+
+  function execValueOf(el) {
+    return el.isContentEditable ? h5Str(el.innerText).replace(/\n$/, '') : h5Str(el.value);
+  }
+
+  // Select the whole content so the engine's typing replaces it.
+  function execSelectAll(el) {
+    try {
+      if (el.isContentEditable) {
+        var range = document.createRange();
+        range.selectNodeContents(el);
+        var sel = root.getSelection();
+        sel.removeAllRanges();
+        sel.addRange(range);
+      } else if (typeof el.select === 'function') {
+        el.select();
+      }
+    } catch (e) { /* a type without selection: typing then appends, and the receipt's `accepted` says so */ }
+  }
+
+  function execMatchList(p) {
+    var by = p.by, value = p.value, list = [];
+    if (by === 'elementId') { var one = elementById(value); if (one) list = [one]; }
+    else if (by === 'css') list = document.querySelectorAll(value);
+    else {
+      var all = document.querySelectorAll(CONTROL_QUERY);
+      for (var i = 0; i < all.length && i < H5_LIMITS.scan; i++) {
+        var c = all[i];
+        if (by === 'text' ? h5TextOf(c) === value : attr(c, 'aria-label') === value) list.push(c);
+      }
+    }
+    var out = [];
+    for (var j = 0; j < list.length; j++) if (p.name == null || attr(list[j], 'name') === p.name) out.push(list[j]);
+    return out;
+  }
+
+  // Geometry equality by field: a geometry that travelled through an engine's
+  // JSON may come back with its keys in another order.
+  function execSameGeometry(a, b) {
+    if (!a || !b) return false;
+    var keys = ['x', 'y', 'width', 'height', 'scrollX', 'scrollY'];
+    for (var i = 0; i < keys.length; i++) if (a[keys[i]] !== b[keys[i]]) return false;
+    var ra = a.bounds, rb = b.bounds;
+    if (!ra || !rb) return ra === rb;
+    return ra.x === rb.x && ra.y === rb.y && ra.width === rb.width && ra.height === rb.height;
+  }
+
+  function execTurn(prefix, key, request) {
+    var op = request.operation;
+    var p = request.payload;
+    if (op === 'document') {
+      var d = h5Observe(key, request.seed);
+      return { ok: true, documentId: d.documentId, url: currentUrl(), title: clip(document.title, H5_LIMITS.title), readyState: document.readyState, viewport: h5Viewport() };
+    }
+    if (!p || typeof p !== 'object') return h5Fail('invalid_h5_payload');
+    if (op === 'ledger') {
+      if (typeof p.actionId !== 'string' || !p.actionId) return h5Fail('invalid_h5_payload');
+      var live = h5State(key);
+      var entry = execGet(p.actionId);
+      var out = { ok: true, entry: entry, url: currentUrl(), documentId: live ? live.documentId : null, readyState: document.readyState };
+      var target = entry && entry.elementId ? elementById(entry.elementId) : null;
+      if (target && entry.action === 'input') {
+        var v = execValueOf(target);
+        out.valueLength = v.length;
+        out.sensitive = isSensitive(target);
+        if (!out.sensitive) out.value = clip(v, H5_LIMITS.value);
+        if (typeof p.text === 'string') out.accepted = v === p.text;
+      }
+      return out;
+    }
+    if (op === 'match') {
+      var s0 = h5Observe(key, request.seed);
+      var res = { ok: true, documentId: s0.documentId, url: currentUrl(), title: clip(document.title, H5_LIMITS.title) };
+      if (typeof p.text === 'string') {
+        var body = document.body ? h5Str(document.body.innerText) : '';
+        res.textFound = body.indexOf(p.text) >= 0;
+        return res;
+      }
+      var found;
+      try { found = execMatchList(p); } catch (e) { return h5Fail(prefix + 'invalid_css', false, { scriptError: clip(String(e && e.message || e), 500) }); }
+      var matches = [];
+      var visible = 0;
+      for (var i = 0; i < found.length; i++) {
+        var shown = isVisible(found[i]);
+        if (shown) visible += 1;
+        if (matches.length < EXEC_MATCHES) matches.push(h5Describe(found[i]));
+      }
+      res.count = found.length;
+      res.visible = visible;
+      res.matches = matches;
+      return res;
+    }
+    var s = h5State(key);
+    var ref = p.pageRef;
+    if (!s || !ref || ref.documentId !== s.documentId || ref.url !== currentUrl()) return h5Fail('reobserve_required');
+    if (op === 'query') {
+      if (typeof p.css !== 'string' || !p.css) return h5Fail('invalid_h5_payload');
+      var list;
+      try { list = document.querySelectorAll(p.css); } catch (e) { return h5Fail(prefix + 'invalid_css', false, { scriptError: clip(String(e && e.message || e), 500) }); }
+      var described = [];
+      for (var q = 0; q < list.length && described.length < EXEC_MATCHES; q++) {
+        if (p.name != null && attr(list[q], 'name') !== p.name) continue;
+        described.push(h5Describe(list[q]));
+      }
+      return { ok: true, count: list.length, matches: described };
+    }
+    // arm
+    var a = p.action;
+    if (!EXEC_EVENTS.hasOwnProperty(a)) return h5Fail('invalid_h5_action');
+    if (typeof p.actionId !== 'string' || !p.actionId || p.actionId.length > 1024) return h5Fail('invalid_h5_payload');
+    var el = null, identity = null, geometry = null;
+    if (p.element) {
+      if (typeof p.element !== 'object' || typeof p.element.elementId !== 'string') return h5Fail('invalid_h5_element_ref');
+      if (a === 'click' || a === 'input') {
+        var prepared = h5Prepare(prefix, { action: a, element: p.element }, execResolve);
+        if (!prepared.ok) return prepared;
+        if (request.geometry && !execSameGeometry(prepared.geometry, request.geometry)) return h5Fail(prefix + 'target_changed', false, { geometry: prepared.geometry, preparedGeometry: request.geometry });
+        el = prepared.element; identity = prepared.identity; geometry = prepared.geometry;
+      } else {
+        var r = execResolve(prefix, p.element);
+        if (!r.ok) return r;
+        el = r.element; identity = r.identity;
+        var vis = isVisible(el), dis = isDisabled(el);
+        if (!vis || (a !== 'wheel' && dis)) return h5Fail(prefix + 'target_not_clickable');
+        if (a === 'scrollIntoView') el.scrollIntoView({ block: 'center', inline: 'center', behavior: 'instant' });
+        var inter = interactionOf(el, isVisible(el), isDisabled(el));
+        var vp = h5Viewport();
+        geometry = { x: inter.point ? inter.point.x : Math.round(vp.width / 2), y: inter.point ? inter.point.y : Math.round(vp.height / 2), width: vp.width, height: vp.height, scrollX: vp.scrollX, scrollY: vp.scrollY, bounds: rectOf(el) };
+      }
+      if (a === 'input' || a === 'key') {
+        if (document.activeElement !== el) { try { el.focus({ preventScroll: true }); } catch (e) { el.focus(); } }
+        if (a === 'input') {
+          execSelectAll(el);
+          // Focus handlers may rewrite the page: the element must still be where it was.
+          var again = h5Prepare(prefix, { action: a, element: p.element }, execResolve);
+          if (!again.ok || again.element !== el || !execSameGeometry(again.geometry, geometry)) return h5Fail(prefix + 'target_changed', false, { refocused: true });
+        }
+      }
+    } else if (a === 'click' || a === 'input' || a === 'scrollIntoView') {
+      return h5Fail('invalid_h5_element_ref');
+    } else {
+      var port = h5Viewport();
+      geometry = { x: Math.round(port.width / 2), y: Math.round(port.height / 2), width: port.width, height: port.height, scrollX: port.scrollX, scrollY: port.scrollY, bounds: null };
+    }
+    var record = { actionId: p.actionId, action: a, status: a === 'scrollIntoView' ? 'delivered' : 'dispatching', elementId: identity ? identity.elementId : null,
+      documentId: s.documentId, url: clip(currentUrl(), 4096), armedAtMs: now() };
+    if (a === 'scrollIntoView') { record.trusted = false; record.eventType = 'scrollIntoView'; record.deliveredAtMs = record.armedAtMs; }
+    execPut(record);
+    if (EXEC_EVENTS[a].length) execListen(record, el, EXEC_EVENTS[a]);
+    var armed = { ok: true, dispatched: a === 'scrollIntoView', ambiguous: false, element: identity, geometry: geometry, focused: el ? document.activeElement === el : null };
+    if (a === 'input' && el) {
+      var current = execValueOf(el);
+      armed.currentLength = current.length;
+      armed.unchanged = typeof p.text === 'string' && current === p.text;
+    }
+    // WebDriver turns a returned element into an element reference.
+    if (request.returnElement === true && el) armed.elementRef = el;
+    return armed;
+  }
+
   function h5Render(request) {
     try {
       if (!request || typeof request !== 'object') return h5Fail('invalid_h5_request');
@@ -561,6 +835,8 @@
       if (typeof document === 'undefined' || !doc) return h5Fail(prefix + 'document_unavailable');
       var op = request.operation;
       if (op === 'snapshot') return h5Snapshot(h5Observe(key, request.seed));
+      if (prefix === EXEC_PREFIX && (op === 'document' || op === 'ledger' || op === 'match' || op === 'query' || op === 'arm')) return execTurn(prefix, key, request);
+      var resolve = prefix === EXEC_PREFIX ? execResolve : h5Resolve;
       if (op !== 'prepare' && op !== 'action') return h5Fail('invalid_h5_request');
       var p = request.payload;
       if (!p || typeof p !== 'object') return h5Fail('invalid_h5_payload');
@@ -575,7 +851,7 @@
         if (a === 'input' && typeof p.text !== 'string') return h5Fail('invalid_h5_text');
       }
       if (op === 'prepare') {
-        var prepared = h5Prepare(prefix, p);
+        var prepared = h5Prepare(prefix, p, resolve);
         if (!prepared.ok) return prepared;
         return { ok: true, dispatched: false, ambiguous: false, element: prepared.identity, interaction: prepared.interaction, geometry: prepared.geometry };
       }
@@ -1777,5 +2053,7 @@
     return api;
   }
 
-  return { createAiAppBridge: createAiAppBridge, h5Render: h5Render, PROTOCOL: PROTOCOL, version: '0.1.0' };
+  // `executorRevision`: the executor turns this file offers (web-executor injects
+  // the file again when a page carries an older copy).
+  return { createAiAppBridge: createAiAppBridge, h5Render: h5Render, PROTOCOL: PROTOCOL, version: '0.1.0', executorRevision: 1 };
 });

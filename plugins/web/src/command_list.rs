@@ -38,6 +38,7 @@ pub fn list() -> Commands<WebProvider> {
         .add::<Execution>()
         .add::<UiObservation>()
         .add::<RawCommand>()
+        .add::<WebExecutor>()
 }
 
 /// The page a command addresses (`sessionId` is the admission key).
@@ -371,5 +372,18 @@ impl Command for RawCommand {
     async fn run(p: &WebProvider, ctx: &Context<'_>, inv: &Invocation, args: RawCommandArgs) -> Result<Reply, ProviderError> {
         prologue(&p.shared, ctx).await;
         json(run::raw_command(&p.shared, ctx, inv, args).await?)
+    }
+}
+
+/// `web-executor`: pages without an SDK, over CDP or WebDriver ([`crate::executor`]).
+pub struct WebExecutor;
+impl Command for WebExecutor {
+    type Provider = WebProvider;
+    type Args = crate::executor::args::ExecutorArgs;
+    fn spec() -> CommandSpec {
+        manifest::web_executor()
+    }
+    async fn run(p: &WebProvider, ctx: &Context<'_>, inv: &Invocation, args: crate::executor::args::ExecutorArgs) -> Result<Reply, ProviderError> {
+        json(p.executor.run(ctx, inv, args).await?)
     }
 }

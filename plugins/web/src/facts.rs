@@ -129,26 +129,33 @@ impl Facts {
         *lock(&self.mode) = mode;
     }
 
-    fn host_append(&self, ctx: Option<&Context<'_>>, stream: &str, key: &str, record: &Value) -> Result<Receipt, AppendError> {
+    fn host_append(&self, ctx: Option<&Context<'_>>, stream: &str, key: &str, record: &Value, durability: Durability) -> Result<Receipt, AppendError> {
         let receipt = match (ctx, lock(&self.detached).as_ref()) {
-            (Some(ctx), _) => ctx.facts().append(stream, key, record, Durability::Sync),
-            (None, Some(handle)) => handle.facts().append(stream, key, record, Durability::Sync),
+            (Some(ctx), _) => ctx.facts().append(stream, key, record, durability),
+            (None, Some(handle)) => handle.facts().append(stream, key, record, durability),
             (None, None) => return Err(AppendError::NeedsContext),
         };
         let r = receipt.map_err(AppendError::Failed)?;
         Ok(Receipt { sequence: r.sequence, receipt_id: r.receipt_id, committed_at_ms: r.committed_at_ms })
     }
 
-    /// Append one record. Memory mode needs no context; host mode does.
+    /// Append one record, fsync'd by the host store before it answers. Memory mode
+    /// needs no context; host mode does.
     pub fn append(&self, ctx: Option<&Context<'_>>, stream: &str, key: &str, record: &Value) -> Result<Receipt, AppendError> {
+        self.append_with(ctx, stream, key, record, Durability::Sync)
+    }
+
+    /// [`Facts::append`] with a chosen durability (event logs that may lose their
+    /// tail in a crash use `Memory`).
+    pub fn append_with(&self, ctx: Option<&Context<'_>>, stream: &str, key: &str, record: &Value, durability: Durability) -> Result<Receipt, AppendError> {
         match self.mode() {
-            Mode::Host => self.host_append(ctx, stream, key, record),
+            Mode::Host => self.host_append(ctx, stream, key, record, durability),
             Mode::Unknown if ctx.is_none() => Err(AppendError::NeedsContext),
             Mode::Unknown => {
                 if let Some(ctx) = ctx {
                     self.probe(ctx);
                 }
-                self.append(ctx, stream, key, record)
+                self.append_with(ctx, stream, key, record, durability)
             }
             Mode::Memory => Ok(self.memory_append(stream, key, record)),
         }

@@ -20,7 +20,9 @@ const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
 pub fn manifest() -> Manifest {
     let mut m = Manifest::new("web", env!("CARGO_PKG_VERSION"));
     m.platforms = vec!["web".to_string()];
-    m.features = vec!["web-sdk-v2".to_string(), "managed-execution".to_string(), "capture-barrier".to_string()];
+    m.features = vec!["web-sdk-v2".to_string(), "managed-execution".to_string(), "capture-barrier".to_string(), "runtime.stop-hook".to_string()];
+    // web-executor's default WebDriver endpoint: runtimes started with different ones are not shared.
+    m.environment = vec![crate::executor::ENV_WEBDRIVER_URL.to_string()];
     m.intent_providers = vec![h5_intent_provider()];
     // `script.target` of a page: its identity defaults `sessionId`/`runtimeEpoch` of every ctx.call.
     m.targets = vec![aab_plugin_api::protocol::ExecutionTarget::new("web", ["sessionId", "runtimeEpoch"]).connection(
@@ -577,6 +579,30 @@ pub(crate) fn raw_command() -> CommandSpec {
     command
 }
 
+/// `web-executor` (reference §1.4): one conditional mutation with eleven
+/// operations; every executor session is its own admission lane and ownership
+/// journal (`sessionId` is both keys).
+pub(crate) fn web_executor() -> CommandSpec {
+    use crate::executor::schema;
+    CommandSpec::conditional("web-executor", schema::MUTATING_OPERATIONS)
+        .platform("web")
+        .domain("web")
+        .summary(
+            "Drive any web page without an SDK: a local headless Chromium (engine cdp) or any W3C WebDriver endpoint (engine webdriver: chromedriver, Selenium Grid 4, Appium). \
+             Operations: status, prepare (is the engine/browser usable), open (a leased session), observe (controls with identity, snapshotId), act (click/input/key/scroll with real input events, \
+             bound to the observation; settled only on the page's proof of delivery), navigate, wait, screenshot, events, receipt (an action's durable outcome), close.",
+        )
+        .role("capability")
+        .target_kind("web-executor")
+        .target_key("sessionId")
+        .device_key("sessionId")
+        .permission("app.test")
+        .timeouts(30_000, 300_000)
+        // prepare may start a browser or a trial remote session: reference §10 gives it 300 s.
+        .operation_timeout("prepare", 300_000)
+        .input_schema(schema::input_schema())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -585,8 +611,8 @@ mod tests {
     fn every_command_is_well_formed() {
         let mut m = manifest();
         m.commands.extend(crate::command_list::list().specs().cloned());
-        assert_eq!(m.commands.len(), 19);
-        for c in &m.commands {
+        assert_eq!(m.commands.len(), 20);
+        for c in m.commands.iter().filter(|c| c.command != "web-executor") {
             assert_eq!(c.domain, "web");
             assert_eq!(c.platform, "web");
             assert_eq!(c.default_timeout_ms, 5000);
