@@ -215,6 +215,11 @@ fn web_executor_on_a_grid_runs_eight_sessions_and_a_dead_node_loses_only_its_in_
             assert!(hits.len() >= oks && hits.len() <= oks + extra, "session {tag}: {} hits for {oks} acknowledged clicks ({o:?})", hits.len());
             assert_eq!(hits, go_hits(&tag, hits.len()), "no click repeated on {tag}");
         }
+        // The host's journal of each session: unresolved exactly when its last action was ambiguous.
+        let run = x.env.aab(&["device-ownership", "--operation", "status", "--serial", &tag]);
+        let phase = x.env.json_of(&run)["value"]["phase"].clone();
+        let ambiguous = o.last().is_some_and(|(ok, _, amb)| !ok && *amb == json!(true));
+        x.env.check(phase == json!(if ambiguous { "unresolved" } else { "idle" }), &run, &format!("session {tag}'s journal (last outcome {o:?})"));
     }
     // A lost session blocks only itself: a survivor still acts.
     let survivor = (0..SESSIONS).find(|i| node_of[*i] != victim).unwrap();
