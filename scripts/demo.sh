@@ -2,7 +2,8 @@
 # The main job on a fresh machine: install what the demos need if it is missing, build
 # aab, its plugins and the simulated phones, then run the demos:
 # - `aab demo`: starts the runtime, serves the sample web app, opens it in headless
-#   Chromium and drives it through observation, input, click, wait and capture reads;
+#   Chromium and drives it through observation, input, click, wait and capture reads,
+#   then drives the same form with no SDK in the loop through `web-executor`;
 # - `aab demo android` (as root: the simulated phone chroots its shells): starts the
 #   simulated phone behind a private real adb server and walks the Android commands;
 # - `aab demo ios` (no root needed): starts the simulated iPhone (devicectl/xcodebuild
@@ -12,6 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 command -v adb >/dev/null 2>&1 || need+=(adb)
 { [ -x /usr/bin/busybox ] || [ -x /bin/busybox ]; } || need+=(busybox-static)
 if [ ${#need[@]} -gt 0 ]; then

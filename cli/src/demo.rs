@@ -18,7 +18,8 @@ use serde_json::{Value, json};
 pub const USAGE: &str = "aab demo [--browser PATH]\n\n\
 Starts the runtime and the Web endpoint, serves the sample app, opens it in headless\n\
 Chromium and drives it through observation, input, click, wait and capture reads,\n\
-printing what happens. Needs Chromium (apt-get install -y chromium).\n\n\
+printing what happens, then drives the same form through `web-executor` (its own\n\
+headless Chromium over CDP, no SDK in the loop). Needs Chromium (apt-get install -y chromium).\n\n\
 Also: `aab demo android` (the simulated Android phone) and `aab demo ios` (the simulated\n\
 iPhone); each takes --help.\n";
 
@@ -301,6 +302,7 @@ impl Demo {
         let actions = status["actions"].as_array().map(Vec::len).unwrap_or(0);
         self.say(&format!("web-execution: {actions} managed action(s) recorded for this page, persistence {}", status["persistence"].as_str().unwrap_or("?")));
         { #[path = "demo_script.rs"] mod demo_script; let t0 = self.t0; demo_script::run(&mut |c, a| self.call(c, a), &|l| println!("[{:6.2}s] {l}", t0.elapsed().as_secs_f64()), &target).map_err(Failure)?; }
+        { #[path = "demo_executor.rs"] mod demo_executor; let t0 = self.t0; let form = format!("{sample}form.html"); demo_executor::run(&mut |c, a| self.call(c, a), &|l| println!("[{:6.2}s] {l}", t0.elapsed().as_secs_f64()), &form).map_err(Failure)?; }
         { #[path = "demo_intent.rs"] mod demo_intent; let t0 = self.t0; demo_intent::run(&mut |c, a| self.call(c, a), &|l| println!("[{:6.2}s] {l}", t0.elapsed().as_secs_f64()), &target).map_err(Failure)?; }
         Ok(())
     }

@@ -404,7 +404,9 @@ async fn prepare_web(a: &Args<'_>, home: &Path, deadline: Instant) -> Result<Val
         return Err(CommandError::new("executor_tool_failed", "the browser or its driver does not run (`--version` failed); nothing was prepared")
             .with_details(json!({"chromium": tail(&browser_version), "chromedriver": tail(&driver_version)})));
     }
-    let (bv, dv) = (browser_version.trim().to_string(), driver_version.trim().to_string());
+    // The version line itself (Debian's chromium wrapper may add shell noise on stderr).
+    let line = |out: &str, word: &str| out.lines().map(str::trim).find(|l| l.contains(word)).unwrap_or(out.trim()).to_string();
+    let (bv, dv) = (line(&browser_version, "Chrom"), line(&driver_version, "ChromeDriver"));
     let major = |s: &str| s.split_whitespace().find_map(|w| w.split('.').next().filter(|m| m.len() >= 2 && m.chars().all(|c| c.is_ascii_digit())).map(str::to_string));
     if major(&bv) != major(&dv) {
         return Err(CommandError::new("executor_browser_mismatch", format!("chromedriver ({dv}) does not match Chromium ({bv}): install matching versions (apt-get install chromium chromium-driver)")));

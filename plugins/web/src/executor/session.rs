@@ -160,7 +160,9 @@ pub fn table_path(dir: &Path) -> PathBuf {
 pub fn read_table(dir: &Path) -> Loaded {
     use std::io::Read;
     let path = table_path(dir);
-    let file = match std::fs::File::open(&path) {
+    // No symlink, and a FIFO put where the table belongs must not block the open.
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW).open(&path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Loaded::default(),
         Err(e) => return Loaded { problem: Some(format!("cannot open {}: {e}", path.display())), ..Loaded::default() },
@@ -386,6 +388,18 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fifo_or_symlink_in_place_of_the_table_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = table_path(dir.path());
+        assert!(std::process::Command::new("mkfifo").arg(&path).status().unwrap().success());
+        let loaded = read_table(dir.path());
+        assert!(loaded.problem.as_deref().is_some_and(|p| p.contains("not a regular file")), "{:?}", loaded.problem);
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", &path).unwrap();
+        assert!(read_table(dir.path()).problem.is_some(), "a symlinked table is not followed");
+    }
 
     fn row(id: &str) -> Row {
         Row {

@@ -82,7 +82,9 @@ fn a_grid_serves_parallel_sessions_and_a_dead_node_costs_only_its_own() {
     // slots stay listed until the Grid drops the node; they are not ours to end).
     let stopped = p.hook("runtime-stop", json!({"reason": "runtime-stop"}));
     assert!(stopped.ok, "{:?}", stopped.error);
-    assert!(node_sessions(&grid, nodes[1]).is_empty(), "runtime-stop deleted the surviving node's session");
+    // (The queued third request may be served on the freed slot the moment ours is
+    // deleted — the documented `open_lost` case — so check our session, not the slot.)
+    assert!(!node_sessions(&grid, nodes[1]).contains(&remotes[1]), "runtime-stop deleted the surviving node's session");
     let late = p.call(json!({"operation": "observe", "sessionId": ids[1]}));
     assert_eq!(late.err().error, "web_executor_session_closed");
 }
