@@ -117,18 +117,19 @@ pub fn host_builtins() -> Vec<Builtin> {
     ownership.max_timeout_ms = 30_000;
     let mut evidence = spec(
         EVIDENCE,
-        "Export an operation's execution evidence as a verifiable archive, or verify an archive offline",
+        "Export an operation's execution evidence as a verifiable archive, verify an archive offline, or render it as one self-contained HTML report",
         Mutation::None,
         &[],
         tagged_operations(
             json!({
-                "operation": {"type": "string", "enum": ["export", "verify"], "description": "export: write records.json + manifest.json for one operation; verify: recompute an archive offline (no runtime, no store)"},
+                "operation": {"type": "string", "enum": ["export", "verify", "render"], "description": "export: write records.json + manifest.json for one operation; verify: recompute an archive offline (no runtime, no store); render: verify offline and write one self-contained HTML report marking what fails"},
                 "namespace": {"type": "string", "enum": ["intent", "script", "response"], "description": "evidence namespace (export)"},
                 "operationId": {"type": "string", "minLength": 1, "maxLength": 256, "description": "the operation whose evidence to export"},
                 "outputDir": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "new directory to create (its parent must exist); relative to the caller's cwd"},
                 "includeRecordedPayloads": {"type": "boolean", "description": "also copy recorded payload files (archive v2)"},
-                "archiveDir": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "archive to verify; relative to the caller's cwd"},
-                "manifestSha256": {"type": "string", "pattern": "^[0-9a-f]{64}$", "description": "sha256 of manifest.json as reported by export"}
+                "archiveDir": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "archive to verify or render; relative to the caller's cwd"},
+                "manifestSha256": {"type": "string", "pattern": "^[0-9a-f]{64}$", "description": "sha256 of manifest.json as reported by export (optional for render: without it the report says the manifest was not checked against a known hash)"},
+                "outputFile": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "new HTML file to write (render; must not exist, its parent must); relative to the caller's cwd"}
             }),
             &[],
             &[],
@@ -140,6 +141,12 @@ pub fn host_builtins() -> Vec<Builtin> {
                     &["namespace", "operationId", "outputDir"],
                 ),
                 op("verify", "Verify an archive offline", &["archiveDir", "manifestSha256"], &["archiveDir", "manifestSha256"]),
+                op(
+                    "render",
+                    "Verify an archive offline and write it as one self-contained HTML report (timeline, screenshots, marked failures)",
+                    &["archiveDir", "outputFile", "manifestSha256"],
+                    &["archiveDir", "outputFile"],
+                ),
             ],
         ),
     );
@@ -267,6 +274,10 @@ mod tests {
         // Own fields and the host execution options are accepted.
         accepted("evidence", json!({"operation": "verify", "archiveDir": "a", "manifestSha256": sha, "timeoutMs": 1000}));
         accepted("evidence", json!({"operation": "export", "namespace": "script", "operationId": "o", "outputDir": "d", "includeRecordedPayloads": true}));
+        accepted("evidence", json!({"operation": "render", "archiveDir": "a", "outputFile": "r.html"}));
+        accepted("evidence", json!({"operation": "render", "archiveDir": "a", "outputFile": "r.html", "manifestSha256": sha}));
+        assert_eq!(rejected("evidence", json!({"operation": "render", "archiveDir": "a"})), ("missing_argument".to_string(), Some("outputFile".to_string())));
+        assert_eq!(rejected("evidence", json!({"operation": "verify", "archiveDir": "a", "manifestSha256": sha, "outputFile": "r"})), unsupported("outputFile"));
         accepted("runtime", json!({"operation": "status", "requestId": "r1", "feedback": "off"}));
         accepted("runtime", json!({"operation": "cancel", "cancelRequestId": "x"}));
         accepted("device-ownership", json!({"operation": "receipt", "serial": "s", "runtimeEpoch": "00000000-0000-0000-0000-000000000000", "actionId": "a"}));
@@ -327,7 +338,7 @@ mod tests {
             prop_oneof![
                 prop::sample::select(vec![
                     "operation", "serial", "actionId", "runtimeEpoch", "namespace", "operationId", "outputDir", "archiveDir",
-                    "manifestSha256", "includeRecordedPayloads", "cancelRequestId", "requestId", "timeoutMs", "feedback", "ref",
+                    "manifestSha256", "includeRecordedPayloads", "outputFile", "cancelRequestId", "requestId", "timeoutMs", "feedback", "ref",
                     "goal", "target", "decision", "afterSequence", "limit", "require", "budget", "source", "language",
                 ])
                 .prop_map(str::to_string),

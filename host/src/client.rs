@@ -136,15 +136,22 @@ impl Client {
                 Err(e) => crate::reply::failure(&parsed.command, e),
             };
         }
-        // `evidence verify` is offline: no runtime, no store.
-        if parsed.command == builtins::EVIDENCE && arguments.get("operation").and_then(Value::as_str) == Some("verify") {
+        // `evidence verify` and `render` are offline: no runtime, no store.
+        let evidence_op = arguments.get("operation").and_then(Value::as_str);
+        if parsed.command == builtins::EVIDENCE && matches!(evidence_op, Some("verify" | "render")) {
             let dir = cwd.join(arguments.get("archiveDir").and_then(Value::as_str).unwrap_or_default());
-            let sha = arguments.get("manifestSha256").and_then(Value::as_str).unwrap_or_default();
+            let sha = arguments.get("manifestSha256").and_then(Value::as_str);
             let plan = match crate::reply::plan(&parsed.extract, cwd) {
                 Ok(p) => p,
                 Err(e) => return crate::reply::rejection(Some(&parsed.command), &e),
             };
-            return match crate::facts::verify_archive(&dir, sha) {
+            let done = if evidence_op == Some("render") {
+                let output = cwd.join(arguments.get("outputFile").and_then(Value::as_str).unwrap_or_default());
+                crate::facts::render_archive(&dir, sha, &output)
+            } else {
+                crate::facts::verify_archive(&dir, sha.unwrap_or_default())
+            };
+            return match done {
                 Ok(v) => crate::reply::assemble(&parsed.command, crate::reply::ExecOutcome::Json(v), Default::default(), &plan, parsed.output_max_bytes),
                 Err(e) => crate::reply::failure(&parsed.command, e),
             };

@@ -175,6 +175,17 @@ impl Facts {
     }
 }
 
+/// `evidence --operation render`: offline like verify; writes one HTML report.
+pub fn render_archive(archive_dir: &Path, manifest_sha256: Option<&str>, output_file: &Path) -> Result<Value, CommandError> {
+    let report = aab_facts::report::render(archive_dir, manifest_sha256, output_file).map_err(|e| to_command_error(&e))?;
+    let mut v = report.to_json();
+    if let Value::Object(m) = &mut v {
+        m.insert("command".into(), json!("evidence"));
+        m.insert("operation".into(), json!("render"));
+    }
+    Ok(v)
+}
+
 /// `evidence --operation verify`: offline, no runtime and no store.
 pub fn verify_archive(archive_dir: &Path, manifest_sha256: &str) -> Result<Value, CommandError> {
     let report = aab_facts::archive::verify(archive_dir, manifest_sha256).map_err(|e| to_command_error(&e))?;

@@ -571,6 +571,9 @@ impl ExecutionHost {
                 let text = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
                 if op == "verify" {
                     crate::facts::verify_archive(&path("archiveDir"), &text("manifestSha256"))
+                } else if op == "render" {
+                    let sha = args.get("manifestSha256").and_then(Value::as_str);
+                    crate::facts::render_archive(&path("archiveDir"), sha, &path("outputFile"))
                 } else {
                     let include = args.get("includeRecordedPayloads").and_then(Value::as_bool).unwrap_or(false);
                     facts.export(&text("namespace"), &text("operationId"), &path("outputDir"), include)

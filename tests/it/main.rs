@@ -22,6 +22,7 @@ mod android_uia;
 mod android_install;
 mod android_webview;
 mod android_h5;
+mod evidence_report;
 mod executor_prepare;
 mod facts;
 mod h5_renderer;

@@ -9,6 +9,7 @@
 //! - [`redaction`]: write-side credential removal applied to everything stored.
 //! - [`canonical`]: RFC 8785 canonical JSON and sha256 helpers.
 //! - [`archive`]: evidence export and offline verification.
+//! - [`report`]: an archive rendered as one self-contained HTML report.
 //! - [`recording`]: recorded payload files bound by `attachment` evidence.
 //! - [`response`]: response snapshots (`control.source.ref`, `response read`).
 //! - [`history`]: ordinary command history (`aab.command-history/v1`).
@@ -39,6 +40,7 @@ pub mod history;
 pub mod profile;
 pub mod recording;
 pub mod redaction;
+pub mod report;
 pub mod response;
 mod store;
 
