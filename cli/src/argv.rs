@@ -58,6 +58,8 @@ pub enum Invocation {
     DemoIos,
     /// `aab demo ios --help`.
     DemoIosUsage,
+    /// `aab completions SHELL`: a shell completion script on stdout.
+    Completions { shell: String },
     /// `--help COMMAND` / `COMMAND --help`: a `capabilities` query.
     CommandHelp { command: String, query: Value },
     /// A registry command; typed with the command's schema by [`CommandArgs::into_request`].
@@ -147,6 +149,7 @@ pub fn parse(args: &[String]) -> Result<Invocation, Rejection> {
         "mcp" => return parse_mcp(args),
         "plugins" => return parse_plugins(args),
         "demo" => return parse_demo(args),
+        "completions" => return parse_completions(args),
         "runtime-daemon" => return Ok(Invocation::RuntimeDaemon),
         _ => {}
     }
@@ -398,6 +401,19 @@ fn parse_mcp(args: &[String]) -> Result<Invocation, Rejection> {
             let index = if matches!(args[1].as_str(), "--help" | "-h") { 2 } else { 1 };
             Err(unexpected("mcp", args, index))
         }
+    }
+}
+
+fn parse_completions(args: &[String]) -> Result<Invocation, Rejection> {
+    let shells = crate::completions::SHELLS;
+    match args.get(1) {
+        None => Err(Rejection::new(Some("completions"), CommandError::new("missing_argument", format!("`aab completions` needs a shell: {}", shells.join(", "))).with_field("shell"))),
+        Some(_) if args.len() > 2 => Err(unexpected("completions", args, 2)),
+        Some(shell) if shells.contains(&shell.as_str()) => Ok(Invocation::Completions { shell: shell.clone() }),
+        Some(shell) => Err(Rejection::new(
+            Some("completions"),
+            CommandError::invalid("shell", format!("unknown shell `{shell}`: one of {}", shells.join(", "))).with_details(serde_json::json!({"allowed": shells})),
+        )),
     }
 }
 

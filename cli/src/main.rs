@@ -9,6 +9,7 @@
 #![allow(clippy::result_large_err)]
 
 mod argv;
+mod completions;
 mod demo;
 mod demo_android;
 mod demo_ios;
@@ -49,6 +50,14 @@ fn try_main(args: &[std::ffi::OsString]) -> Result<i32, Rejection> {
             Ok(print_text(&discovery::help_text(client.registry())))
         }
         Invocation::McpUsage => Ok(print_text(mcp::USAGE)),
+        Invocation::Completions { shell } => {
+            let client = client(Some("completions"))?;
+            let script = completions::script(client.registry(), &shell).unwrap_or_default();
+            let mut stdout = io::stdout().lock();
+            let _ = stdout.write_all(&script);
+            let _ = stdout.flush();
+            Ok(0)
+        }
         Invocation::Mcp => Ok(mcp::serve(Client::from_env())),
         Invocation::RuntimeDaemon => Ok(aab_host::runtime::run_daemon()),
         Invocation::Demo { browser } => Ok(demo::run(browser.as_deref())),

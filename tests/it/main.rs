@@ -23,6 +23,7 @@ mod android_install;
 mod android_webview;
 mod android_h5;
 mod evidence_report;
+mod completions;
 mod executor_prepare;
 mod facts;
 mod h5_renderer;
