@@ -223,7 +223,11 @@ impl Mapper<'_> {
                 if !allowed.is_empty() {
                     message.push_str(&format!("; accepted here: {}", list_names(&allowed)));
                 }
-                let details = json!({"unexpected": unexpected, "allowed": allowed});
+                let mut details = json!({"unexpected": unexpected, "allowed": allowed});
+                let near = suggestions(&name, allowed.iter().map(|a| a.as_str()));
+                if !near.is_empty() {
+                    details["suggestions"] = json!(near);
+                }
                 Candidate { rank: 0, path, error: refusal("unsupported_argument", message).with_field(field).with_details(details) }
             }
             ValidationErrorKind::FalseSchema if matches!(path.last(), Some(Step::Key(_))) => {
@@ -267,7 +271,14 @@ impl Mapper<'_> {
                     }
                     (_, Some(owner)) => {
                         if let Some(values) = owner.get("enum").cloned().or_else(|| owner.get("const").map(|c| json!([c]))) {
-                            details = Some(json!({"allowed": values}));
+                            let mut d = json!({"allowed": values});
+                            if let (Some(got), Some(list)) = (instance.as_str(), values.as_array()) {
+                                let near = suggestions(got, list.iter().filter_map(Value::as_str));
+                                if !near.is_empty() {
+                                    d["suggestions"] = json!(near);
+                                }
+                            }
+                            details = Some(d);
                         }
                         // A pattern or format is opaque to most readers; the schema's
                         // own description says what it means, when there is one.
@@ -352,7 +363,14 @@ impl Mapper<'_> {
                     None => {
                         let tag_field = self.field(&tag_path);
                         let message = format!("`{tag_field}` must be one of {}, got {}", list_values(&allowed), preview(tag));
-                        let error = invalid(tag_field, message).with_details(json!({"allowed": allowed}));
+                        let mut d = json!({"allowed": allowed});
+                        if let Some(got) = tag.as_str() {
+                            let near = suggestions(got, allowed.iter().filter_map(Value::as_str));
+                            if !near.is_empty() {
+                                d["suggestions"] = json!(near);
+                            }
+                        }
+                        let error = invalid(tag_field, message).with_details(d);
                         Candidate { rank: 2, path: tag_path, error }
                     }
                 },
@@ -396,6 +414,34 @@ pub fn preview(value: &Value) -> String {
         }
         other => other.to_string(),
     }
+}
+
+/// "Did you mean" candidates for a mistyped name or value: those within a small
+/// edit distance (a third of the longer word, at least 1, at most 3), closest first.
+pub fn suggestions<'a>(got: &str, candidates: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut near: Vec<(usize, &str)> = candidates
+        .filter(|c| *c != got)
+        .map(|c| (edit_distance(got, c), c))
+        .filter(|(d, c)| *d <= (got.chars().count().max(c.chars().count()) / 3).clamp(1, 3))
+        .collect();
+    near.sort();
+    near.into_iter().take(3).map(|(_, c)| c.to_string()).collect()
+}
+
+/// Levenshtein distance (short names and values only).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let current = row[j + 1];
+            row[j + 1] = if ca == *cb { previous } else { 1 + previous.min(row[j]).min(current) };
+            previous = current;
+        }
+    }
+    row[b.len()]
 }
 
 fn list_values(values: &[Value]) -> String {
@@ -629,6 +675,21 @@ pub fn tagged_union(root: &Value, branches: &[Value], candidates: &[usize], pref
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mistyped_flags_and_values_carry_did_you_mean_suggestions() {
+        let spec = CommandSpec::query("echo").domain("core").input_schema(json!({
+            "type": "object", "additionalProperties": false,
+            "properties": {"operation": {"type": "string", "enum": ["start", "status", "stop"]}, "message": {"type": "string"}}
+        }));
+        let schema = input_schema_with_host_options(&spec);
+        let validator = compile(&schema).unwrap();
+        let check = |args: Value| validate_arguments("echo", &validator, &schema, &args).unwrap_err();
+        assert_eq!(check(json!({"opration": "start"})).details.unwrap()["suggestions"], json!(["operation"]));
+        assert_eq!(check(json!({"operation": "sttus"})).details.unwrap()["suggestions"], json!(["status"]));
+        assert!(check(json!({"operation": "launch"})).details.unwrap().get("suggestions").is_none(), "nothing near: no suggestion");
+        assert_eq!(suggestions("stp", ["start", "status", "stop"].into_iter()), ["stop"]);
+    }
 
     #[test]
     fn arguments_are_validated_like_the_host_does() {
