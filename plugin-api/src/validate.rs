@@ -428,8 +428,9 @@ pub fn suggestions<'a>(got: &str, candidates: impl Iterator<Item = &'a str>) -> 
     near.into_iter().take(3).map(|(_, c)| c.to_string()).collect()
 }
 
-/// Levenshtein distance (short names and values only).
-fn edit_distance(a: &str, b: &str) -> usize {
+/// Levenshtein distance (short names and values only); also the host's
+/// "did you mean" for unknown commands.
+pub fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut row: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {

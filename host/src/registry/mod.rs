@@ -28,6 +28,7 @@ use crate::error::CommandError;
 // provider's tests apply exactly the host's rules.
 pub use aab_plugin_api::check::{DOMAINS, is_valid_command_name};
 use aab_plugin_api::check::check_spec;
+use aab_plugin_api::validate::edit_distance;
 
 /// Where a command is executed.
 #[derive(Clone, Debug, PartialEq)]
@@ -321,21 +322,6 @@ impl Registry {
     }
 }
 
-/// Levenshtein distance, for "did you mean" hints on short command names.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut previous = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let current = row[j + 1];
-            row[j + 1] = if ca == *cb { previous } else { 1 + previous.min(row[j]).min(current) };
-            previous = current;
-        }
-    }
-    row[b.len()]
-}
 
 fn manifest_invalid(file: &Path, command: &str, reason: String) -> CommandError {
     CommandError::new("plugin_manifest_invalid", format!("plugin `{}` was not loaded: command `{command}` is invalid: {reason}", file.display()))
