@@ -371,42 +371,47 @@ fn wait_ready(
     }
 }
 
-/// `chromedriver --port=P` on loopback. Not `--allowed-ips`: with it,
-/// chromedriver listens on every interface instead of 127.0.0.1 and ::1.
-pub struct Chromedriver {
+/// One server process on a loopback port, ready once `GET /status` says so:
+/// chromedriver and Appium (Grid has hub and nodes of its own).
+pub struct SingleServer {
     server: ServerProcess,
     url: String,
 }
 
-impl Chromedriver {
-    pub fn start() -> Chromedriver {
+impl SingleServer {
+    fn start(name: &str, ready_within: Duration, command: impl FnOnce(u16) -> Command) -> SingleServer {
         let port = free_port();
-        let mut server = ServerProcess::spawn("chromedriver", |_| {
-            let mut cmd = Command::new(chromedriver_path());
-            cmd.arg(format!("--port={port}"));
-            cmd
-        });
+        let mut server = ServerProcess::spawn(name, |_| command(port));
         let url = format!("http://127.0.0.1:{port}");
-        wait_ready(
-            &mut [&mut server],
-            &url,
-            Duration::from_secs(30),
-            status_ready,
-        );
-        Chromedriver { server, url }
+        wait_ready(&mut [&mut server], &url, ready_within, status_ready);
+        SingleServer { server, url }
     }
 
     pub fn url(&self) -> &str {
         &self.url
     }
 
-    /// The process group holding chromedriver and every browser it started.
+    /// The process group holding the server and everything it started (browsers).
     pub fn pgid(&self) -> i32 {
         self.server.pgid
     }
 
     pub fn log_tail(&self) -> String {
         self.server.log_tail()
+    }
+}
+
+/// `chromedriver --port=P` on loopback. Not `--allowed-ips`: with it,
+/// chromedriver listens on every interface instead of 127.0.0.1 and ::1.
+pub struct Chromedriver;
+
+impl Chromedriver {
+    pub fn start() -> SingleServer {
+        SingleServer::start("chromedriver", Duration::from_secs(30), |port| {
+            let mut cmd = Command::new(chromedriver_path());
+            cmd.arg(format!("--port={port}"));
+            cmd
+        })
     }
 }
 
@@ -597,45 +602,15 @@ impl Drop for Grid {
 }
 
 /// Appium 3 on loopback, finding `@appium/fake-driver` through its home.
-pub struct Appium {
-    server: ServerProcess,
-    url: String,
-}
+pub struct Appium;
 
 impl Appium {
-    pub fn start() -> Appium {
-        let port = free_port();
+    pub fn start() -> SingleServer {
         let home = appium_home();
-        let mut server = ServerProcess::spawn("appium", |_| {
+        SingleServer::start("appium", Duration::from_secs(60), |port| {
             let mut cmd = Command::new(appium_path());
-            cmd.env("APPIUM_HOME", &home).args([
-                "--address",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-                "--log-no-colors",
-            ]);
+            cmd.env("APPIUM_HOME", &home).args(["--address", "127.0.0.1", "--port", &port.to_string(), "--log-no-colors"]);
             cmd
-        });
-        let url = format!("http://127.0.0.1:{port}");
-        wait_ready(
-            &mut [&mut server],
-            &url,
-            Duration::from_secs(60),
-            status_ready,
-        );
-        Appium { server, url }
-    }
-
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
-    pub fn pgid(&self) -> i32 {
-        self.server.pgid
-    }
-
-    pub fn log_tail(&self) -> String {
-        self.server.log_tail()
+        })
     }
 }
