@@ -33,6 +33,7 @@ use aab_webdriver::servers::{self, Grid};
 use serde_json::{Value, json};
 
 mod mcp;
+mod world;
 use mcp::{Mcp, run_command};
 
 /// Untimed clicks per session before each timed series (page, lane and pool warm).
@@ -405,22 +406,7 @@ impl World {
     }
 
     fn aab(&self, args: &[&str]) -> Command {
-        let root = self.dir.path();
-        let mut c = Command::new(self.bin.join("aab"));
-        c.args(args).current_dir(root).stdin(Stdio::null());
-        // Nothing of the caller's aab configuration leaks into the private world.
-        for (key, _) in std::env::vars_os() {
-            let k = key.to_string_lossy();
-            if k.starts_with("AI_APP_BRIDGE_") || k.starts_with("AAB_") {
-                c.env_remove(&key);
-            }
-        }
-        c.env("HOME", root.join("home"))
-            .env("AI_APP_BRIDGE_RUNTIME_HOME", root.join("runtimes"))
-            .env("AI_APP_BRIDGE_FACT_STORE_DIR", root.join("facts"))
-            .env("AI_APP_BRIDGE_PLUGIN_DIR", root.join("plugins"))
-            .env("AI_APP_BRIDGE_DEVICE_OWNERSHIP_DIR", root.join("ownership"));
-        c
+        world::aab_command(&self.bin, self.dir.path(), args)
     }
 
     fn start_runtime(&mut self) -> Result<(), String> {
