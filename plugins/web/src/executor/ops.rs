@@ -338,15 +338,9 @@ fn new_session_error(e: aab_webdriver::WdError, endpoint: &str) -> ProviderError
 
 // ------------------------------------------------------------------ open
 
-fn valid_session_id(id: &str) -> bool {
-    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-}
-
 async fn open(ex: &Executor, ctx: &Context<'_>, inv: &Invocation, a: OpenArgs) -> Result<Value, ProviderError> {
+    // A caller's id already matched the schema's pattern (the host validated it).
     let session_id = a.session_id.clone().unwrap_or_else(|| format!("wx-{}", uuid_v4()));
-    if !valid_session_id(&session_id) {
-        return Err(not_dispatched(aab_plugin_api::codes::INVALID_ARGUMENT, "`sessionId` must be 1-64 letters, digits, `.`, `_` or `-`").with_field("sessionId"));
-    }
     if ex.live(&session_id).is_some() || lock(&ex.rows).get(&session_id).is_some_and(|r| r.ended.is_none()) {
         return Err(not_dispatched("web_executor_session_exists", format!("executor session {session_id:?} is already open; close it first or choose another sessionId")).with_field("sessionId"));
     }
